@@ -1,0 +1,1 @@
+"""gnn for sqlweave."""

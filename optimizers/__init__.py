@@ -1,0 +1,1 @@
+"""optimizers for sqlweave."""

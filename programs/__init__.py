@@ -1,0 +1,1 @@
+"""programs for sqlweave."""

@@ -1,0 +1,1 @@
+"""signatures for sqlweave."""
