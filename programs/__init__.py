@@ -1,1 +1,34 @@
-"""programs for sqlweave."""
+"""Text-to-SQL programs: shared blocks and the seed pipelines, with a registry by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlweave.programs.base import SQLProgram, resolve_database
+
+_REGISTRY: dict[str, str] = {
+    "direct": "sqlweave.programs.direct:DirectSQL",
+}
+
+
+def available() -> list[str]:
+    """Names accepted by :func:`get`."""
+    return sorted(_REGISTRY)
+
+
+def get(name: str, **switches: Any) -> SQLProgram:
+    """Build the program registered as ``name`` with its ablation ``switches``."""
+    import importlib
+
+    try:
+        target = _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown program {name!r}; choose one of {', '.join(available())}"
+        ) from None
+    module_name, cls_name = target.split(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    return cls(**switches)
+
+
+__all__ = ["SQLProgram", "available", "get", "resolve_database"]

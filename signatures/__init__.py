@@ -1,1 +1,5 @@
-"""signatures for sqlweave."""
+"""DSPy Signatures: what each LM call of a sqlweave program takes and gives."""
+
+from sqlweave.signatures.generation import GenerateSQL
+
+__all__ = ["GenerateSQL"]

@@ -1,0 +1,66 @@
+"""What every sqlweave program shares: resolving the database a question is asked of.
+
+Programs are called with the same keyword inputs as the benchmark examples (``question``,
+``db_id``, ``evidence``, ``db_path``) or, from the Python API, with ``db=`` naming a SQLite file, a
+SQLAlchemy URL or an open :class:`~sqlweave.db.Database`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from sqlweave.db import Database, ExecutionError
+
+logger = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=128)
+def _open_cached(target: str) -> Database:
+    return Database.open(target)
+
+
+def resolve_database(
+    db: Database | str | Path | None = None, db_path: str | None = None
+) -> Database:
+    """Return an open database for ``db`` (preferred) or ``db_path``; opened handles are reused."""
+    if isinstance(db, Database):
+        return db
+    target = db if db is not None else db_path
+    if target is None:
+        raise ExecutionError("connection", "no database given: pass db=PATH_OR_URL (or db_path)")
+    return _open_cached(str(target))
+
+
+class SQLProgram(dspy.Module):
+    """Base class of the text-to-SQL programs. Subclasses implement :meth:`answer`.
+
+    ``switches`` records the constructor arguments so a compiled program can be rebuilt from its
+    saved artefact.
+    """
+
+    name: str = "program"
+
+    def __init__(self, **switches: Any) -> None:
+        super().__init__()
+        self.switches = dict(switches)
+
+    def forward(
+        self,
+        question: str,
+        db: Database | str | Path | None = None,
+        *,
+        db_path: str | None = None,
+        evidence: str = "",
+        db_id: str | None = None,
+        **_: Any,
+    ) -> dspy.Prediction:
+        database = resolve_database(db, db_path)
+        return self.answer(question=question, db=database, evidence=evidence or "")
+
+    def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
+        raise NotImplementedError

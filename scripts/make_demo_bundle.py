@@ -1,0 +1,78 @@
+"""Build the small Spider bundle shipped inside the package (sqlweave/demo/spider).
+
+A user install has no ../shared/data, yet `sqlweave demo` must run: the bundle keeps Spider's own
+layout (dev.json, train_spider.json, tables.json, database/<db>/<db>.sqlite) with every bundled dev
+question and database, plus the train questions of the smallest train databases. Deterministic:
+running it again gives the same files. Spider is CC BY-SA 4.0; PROVENANCE.md goes along.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+FIELDS = ("db_id", "question", "query")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--source",
+        type=Path,
+        default=Path(__file__).resolve().parents[1].parent / "shared" / "data" / "spider",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "sqlweave" / "demo" / "spider",
+    )
+    parser.add_argument(
+        "--train-dbs", type=int, default=12, help="smallest train databases to keep"
+    )
+    args = parser.parse_args()
+
+    src, out = args.source, args.out
+    dev = json.loads((src / "dev.json").read_text())
+    train = json.loads((src / "train_spider.json").read_text())
+    tables = json.loads((src / "tables.json").read_text())
+
+    dev_dbs = sorted({q["db_id"] for q in dev})
+    counts = Counter(q["db_id"] for q in train)
+    sizes = {db: (src / "database" / db / f"{db}.sqlite").stat().st_size for db in counts}
+    # Small databases with enough questions to bootstrap from.
+    candidates = sorted((db for db in counts if counts[db] >= 20), key=lambda db: (sizes[db], db))
+    train_dbs = sorted(candidates[: args.train_dbs])
+
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "database").mkdir(parents=True)
+    for db in dev_dbs + train_dbs:
+        (out / "database" / db).mkdir()
+        shutil.copy2(src / "database" / db / f"{db}.sqlite", out / "database" / db / f"{db}.sqlite")
+    keep = set(dev_dbs) | set(train_dbs)
+    (out / "dev.json").write_text(json.dumps([{k: q[k] for k in FIELDS} for q in dev], indent=1))
+    (out / "train_spider.json").write_text(
+        json.dumps([{k: q[k] for k in FIELDS} for q in train if q["db_id"] in train_dbs], indent=1)
+    )
+    (out / "tables.json").write_text(
+        json.dumps([t for t in tables if t["db_id"] in keep], indent=1)
+    )
+    (out / "PROVENANCE.md").write_text(
+        "# Bundled Spider demo data\n\n"
+        "A subset of Spider 1.0 (Yu et al., 2018), licence CC BY-SA 4.0, as rebuilt in the project's\n"
+        "shared data (SQLite files rebuilt from SpiderMan, CC BY-SA 4.0). Built by\n"
+        "`scripts/make_demo_bundle.py`: all bundled dev questions and their databases, and the train\n"
+        f"questions of the {len(train_dbs)} smallest train databases with at least 20 questions:\n"
+        + "".join(f"- {db}\n" for db in train_dbs)
+    )
+    n_train = sum(counts[db] for db in train_dbs)
+    print(
+        f"dev: {len(dev)} questions on {len(dev_dbs)} dbs; train: {n_train} questions on {len(train_dbs)} dbs"
+    )
+
+
+if __name__ == "__main__":
+    main()

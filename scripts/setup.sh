@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a fresh machine: a virtual environment in .venv, torch 2.13.0 (CPU) first,
+# then sqlweave with every extra. Safe to run again: finished steps are skipped quickly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+  .venv/bin/python -m pip install --quiet --upgrade pip
+fi
+# torch must come first and pinned: an unpinned torch resolves to a multi-GB CUDA build.
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  .venv/bin/pip install --quiet "torch==2.13.0"
+fi
+# llama-cpp-python compiles from source (~6 min on 2 cores); pip caches the wheel afterwards.
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
+.venv/bin/pip install --quiet -e ".[local,postgres,duckdb,embeddings,dev]"

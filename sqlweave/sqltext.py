@@ -1,0 +1,39 @@
+"""Turning raw LM text into one SQL statement.
+
+Small local models wrap SQL in markdown fences, add an explanation, or prefix "SQL:". Programs clean
+their outputs here before executing them so that a formatting slip is not scored as a wrong query.
+"""
+
+from __future__ import annotations
+
+import re
+
+_FENCE = re.compile(r"```(?:sql|sqlite|postgresql|postgres)?\s*(.*?)```", re.S | re.I)
+_START = re.compile(r"\b(WITH|SELECT)\b", re.I)
+
+
+def extract_sql(text: str | None) -> str:
+    """Return the first SQL query found in ``text`` (fenced block first, else from SELECT/WITH on).
+
+    The result has no trailing semicolon and no surrounding whitespace; an empty string means the
+    text held no query at all.
+    """
+    if not text:
+        return ""
+    fenced = _FENCE.search(text)
+    if fenced:
+        text = fenced.group(1)
+    text = text.strip().strip("`").strip()
+    match = _START.search(text)
+    if match is None:
+        return ""
+    sql = text[match.start() :]
+    # Drop anything after the first statement terminator, and trailing prose on later lines that
+    # starts like an explanation.
+    sql = sql.split(";")[0]
+    lines = []
+    for line in sql.splitlines():
+        if lines and re.match(r"\s*(This|The|Note|Explanation|Here)\b", line):
+            break
+        lines.append(line)
+    return "\n".join(lines).strip()
