@@ -1,0 +1,85 @@
+"""Wiring of the zero-shot baseline and of saved artefacts, with DummyLM (no real model)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+from sqlweave.optimizers import ArtifactError, ArtifactMeta, load_program, save_program
+
+from sqlweave import programs
+from sqlweave.db import Database
+
+DEMO_DB = Path(__file__).resolve().parents[1] / "sqlweave" / "demo" / "spider" / "database" / "concert_singer" / "concert_singer.sqlite"
+
+
+@pytest.fixture()
+def db(tmp_path: Path) -> Database:
+    copy = tmp_path / "concert_singer.sqlite"
+    shutil.copy(DEMO_DB, copy)
+    return Database.open(copy)
+
+
+def test_direct_prompt_holds_schema_and_question(db: Database) -> None:
+    lm = DummyLM([{"sql": "```sql\nSELECT count(*) FROM singer;\n```"}])
+    with dspy.context(lm=lm):
+        pred = programs.get("direct")(question="How many singers are there?", db=db)
+    assert pred.sql == "SELECT count(*) FROM singer"
+    prompt = json.dumps(lm.history[-1]["messages"])
+    assert "How many singers are there?" in prompt
+    assert "CREATE TABLE" in prompt and "singer_in_concert" in prompt
+    assert db.execute(pred.sql).rows == ((6,),)
+
+
+def test_direct_accepts_db_path_like_benchmark_examples(db: Database) -> None:
+    lm = DummyLM([{"sql": "SELECT name FROM stadium"}])
+    with dspy.context(lm=lm):
+        pred = programs.get("direct")(question="Stadium names?", db_path=str(db.path), evidence="")
+    assert pred.sql == "SELECT name FROM stadium"
+
+
+def test_garbage_output_gives_empty_sql_not_a_crash(db: Database) -> None:
+    lm = DummyLM([{"sql": "I do not know."}])
+    with dspy.context(lm=lm):
+        pred = programs.get("direct")(question="?", db=db)
+    assert pred.sql == ""
+
+
+def test_unknown_program_name_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown program 'nope'"):
+        programs.get("nope")
+
+
+def test_artifact_round_trip_keeps_demos(tmp_path: Path) -> None:
+    program = programs.get("direct")
+    demo = dspy.Example(dialect="sqlite", db_schema="CREATE TABLE t(a)", question="q", evidence="", sql="SELECT a FROM t")
+    program.generate.demos = [demo]
+    path = save_program(program, tmp_path / "p.json", ArtifactMeta(program="direct", lm="local:x", val_ex=0.5))
+    loaded, meta = load_program(path)
+    assert meta.val_ex == 0.5 and meta.lm == "local:x"
+    assert loaded.generate.demos[0]["sql"] == "SELECT a FROM t"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "invalid JSON"),
+        ('{"format": "something-else"}', "not a sqlweave program file"),
+        ('{"format": "sqlweave-program", "format_version": 99}', "format version 99"),
+        ('{"format": "sqlweave-program", "format_version": 1, "meta": {"program": "nope"}, "state": {}}', "corrupted or incompatible"),
+    ],
+)
+def test_bad_artifacts_give_clear_errors(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(ArtifactError, match=message):
+        load_program(path)
+
+
+def test_missing_artifact(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactError, match="not found"):
+        load_program(tmp_path / "absent.json")

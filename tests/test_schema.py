@@ -1,0 +1,310 @@
+"""Schema introspection, lookup, linked subsets and the renderers (snapshot-tested)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from sqlweave.db import Database
+from sqlweave.schema import (
+    Schema,
+    clear_cache,
+    ident,
+    introspect,
+    render_columns,
+    render_compact,
+    render_ddl,
+    render_ddl_with_rows,
+    render_pet,
+)
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "schema"
+
+#: BIRD-style descriptions in the encodings BIRD ships: UTF-8 with a BOM, and Windows-1252.
+DESCRIPTIONS = {
+    "singer.csv": (
+        "utf-8-sig",
+        "original_column_name,column_name,column_description,data_format,value_description\n"
+        "Singer_ID,singer id,the unique id of the singer,integer,\n"
+        "Name,,the stage name of the singer,text,\n"
+        'Country,,"the country the singer\ncomes from",text,"full English country names,\n'
+        "e.g. 'United States'\"\n"
+        "Home Town ,home town,,text,\n",
+    ),
+    "Concert.csv": (
+        "cp1252",
+        "original_column_name,column_name,column_description,data_format,value_description\n"
+        "concert_id,,the concert id,integer,\n"
+        "YEAR,,year of the concert (caf\u00e9 season),text,four digits\n",
+    ),
+}
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """The shared benchmark data: $SQLWEAVE_DATA, else ../shared/data beside the repository."""
+    env = os.environ.get("SQLWEAVE_DATA")
+    root = Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    if not root.is_dir():
+        pytest.skip(f"shared data not found at {root}")
+    return root
+
+
+def build_fixture_db(folder: Path, *, descriptions: bool = True) -> Path:
+    """Create the fixture SQLite file (and BIRD description CSVs) under ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "concert_fixture.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript((FIXTURES / "fixture.sql").read_text(encoding="utf-8"))
+    conn.close()
+    if descriptions:
+        desc = folder / "database_description"
+        desc.mkdir()
+        for name, (encoding, text) in DESCRIPTIONS.items():
+            (desc / name).write_bytes(text.encode(encoding))
+    return path
+
+
+@pytest.fixture
+def fixture_db(tmp_path: Path):
+    clear_cache()
+    db = Database.open(build_fixture_db(tmp_path / "concert_fixture"))
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def schema(fixture_db: Database) -> Schema:
+    return introspect(fixture_db)
+
+
+def check_snapshot(name: str, text: str) -> None:
+    """Compare with tests/fixtures/schema/<name>; SQLWEAVE_UPDATE_SNAPSHOTS=1 rewrites it."""
+    path = FIXTURES / name
+    if os.environ.get("SQLWEAVE_UPDATE_SNAPSHOTS") == "1":
+        path.write_text(text + "\n", encoding="utf-8")
+    assert path.is_file(), f"missing snapshot {path}; run with SQLWEAVE_UPDATE_SNAPSHOTS=1"
+    assert text + "\n" == path.read_text(encoding="utf-8")
+
+
+# --- introspection ---------------------------------------------------------------------------------
+
+
+def test_introspect_tables_keys_and_types(schema: Schema) -> None:
+    assert schema.db_id == "concert_fixture"
+    assert schema.dialect == "sqlite"
+    assert schema.table_names == ["concert", "empty_log", "singer", "singer in concert"]
+    link = schema.find_table("singer in concert")
+    assert link is not None
+    assert link.primary_key == ["concert_id", "Singer_ID"]
+    assert {(fk.table, fk.column, fk.ref_table, fk.ref_column) for fk in schema.foreign_keys} == {
+        ("singer in concert", "concert_id", "concert", "concert_id"),
+        ("singer in concert", "Singer_ID", "singer", "Singer_ID"),
+    }
+    singer = schema.find_table("singer")
+    assert singer is not None
+    kinds = {c.name: (c.type, c.kind) for c in singer.columns}
+    assert kinds["Age"] == ("INTEGER", "number")
+    assert kinds["Country"] == ("VARCHAR(20)", "text")
+    assert kinds["Net Worth"] == ("REAL", "number")
+
+
+def test_introspect_samples_skip_nulls_and_rows_align(fixture_db: Database) -> None:
+    schema = introspect(fixture_db, sample_rows=2, distinct_values=3)
+    hometown = schema.find_column("singer", "home town")
+    assert hometown is not None
+    assert None not in hometown.samples
+    assert len(hometown.samples) == 3
+    singer = schema.find_table("singer")
+    assert singer is not None
+    assert len(singer.sample_rows) == 2
+    assert singer.sample_rows[0][singer.column_names.index("Name")] == "Joe Sharp"
+    empty = schema.find_table("empty_log")
+    assert empty is not None and empty.sample_rows == []
+
+
+def test_bird_descriptions_with_bom_and_cp1252(schema: Schema) -> None:
+    country = schema.find_column("singer", "Country")
+    assert country is not None
+    assert country.description == "the country the singer comes from"
+    assert country.value_description.startswith("full English country names")
+    # The expanded name stands in for a missing description; the BOM did not eat the header.
+    assert schema.find_column("singer", "Home Town").description == "home town"
+    assert schema.find_column("singer", "Singer_ID").description == "the unique id of the singer"
+    # File name and column name matched case-insensitively; cp1252 decoded.
+    year = schema.find_column("concert", "Year")
+    assert year.description == "year of the concert (caf\u00e9 season)"
+    assert year.value_description == "four digits"
+    assert schema.find_column("concert", "theme").description == ""
+
+
+def test_explicit_description_dir_and_none(tmp_path: Path) -> None:
+    clear_cache()
+    path = build_fixture_db(tmp_path / "a", descriptions=False)
+    desc_src = build_fixture_db(tmp_path / "b").parent / "database_description"
+    with Database.open(path) as db:
+        assert introspect(db).find_column("concert", "Year").description == ""
+        assert introspect(db, description_dir=desc_src).find_column("concert", "Year").description
+
+
+def test_introspect_is_cached_per_database(fixture_db: Database) -> None:
+    assert introspect(fixture_db) is introspect(fixture_db)
+    assert introspect(fixture_db, sample_rows=1) is not introspect(fixture_db)
+    first = introspect(fixture_db)
+    clear_cache()
+    assert introspect(fixture_db) is not first
+    assert introspect(fixture_db) == first
+
+
+def test_duckdb_introspection(tmp_path: Path) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    pytest.importorskip("duckdb_engine")
+    path = tmp_path / "t.duckdb"
+    conn = duckdb.connect(str(path))
+    conn.execute('CREATE TABLE a (id INTEGER PRIMARY KEY, "Full Name" VARCHAR)')
+    conn.execute(
+        "CREATE TABLE b (id INTEGER, a_id INTEGER REFERENCES a(id), PRIMARY KEY (id, a_id))"
+    )
+    conn.execute("INSERT INTO a VALUES (1, 'x'), (2, NULL)")
+    conn.close()
+    with Database.open(f"duckdb:///{path}") as db:
+        schema = introspect(db)
+    assert schema.table_names == ["a", "b"]
+    assert schema.find_table("b").primary_key == ["id", "a_id"]
+    assert [(fk.table, fk.column, fk.ref_table, fk.ref_column) for fk in schema.foreign_keys] == [
+        ("b", "a_id", "a", "id")
+    ]
+    assert schema.find_column("a", "full name").kind == "text"
+    assert schema.find_column("a", "Full Name").samples == ["x"]
+
+
+# --- lookup and subsets -------------------------------------------------------------------------------
+
+
+def test_case_insensitive_lookup(schema: Schema) -> None:
+    assert schema.find_table("SINGER").name == "singer"
+    assert schema.find_table('"Singer In Concert"').name == "singer in concert"
+    assert schema.find_table("`concert`").name == "concert"
+    assert schema.find_table("nope") is None
+    assert schema.find_column("Singer", "singer_id").name == "Singer_ID"
+    assert schema.find_column("nope", "x") is None
+    assert len(schema.all_columns()) == sum(len(t.columns) for t in schema.tables) == 15
+
+
+def test_subset_keeps_keys_and_joinable_fks(schema: Schema) -> None:
+    small = schema.subset({"SINGER": ["name"], "singer in concert": None, "ghost": None})
+    assert small.table_names == ["singer", "singer in concert"]
+    singer = small.find_table("singer")
+    # Singer_ID stays: it is the primary key and the target of a kept foreign key.
+    assert singer.column_names == ["Singer_ID", "Name"]
+    assert singer.sample_rows[0] == (1, "Joe Sharp")
+    assert [(fk.table, fk.ref_table) for fk in small.foreign_keys] == [
+        ("singer in concert", "singer")
+    ]
+    bare = schema.subset(columns=["singer.Name", ("concert", "THEME")], keep_keys=False)
+    assert [t.column_names for t in bare.tables] == [["theme"], ["Name"]]
+    assert bare.foreign_keys == []
+    assert schema.subset(tables=["concert"]).find_table("concert") is schema.find_table("concert")
+    # The original is untouched.
+    assert len(schema.find_table("singer").columns) == 6
+
+
+def test_ident_quotes_only_when_needed() -> None:
+    assert ident("singer") == "singer"
+    assert ident("Home Town") == '"Home Town"'
+    assert ident("order") == '"order"'
+    assert ident('we"ird') == '"we""ird"'
+
+
+# --- renderers -------------------------------------------------------------------------------------
+
+
+def test_render_ddl_snapshot(schema: Schema) -> None:
+    check_snapshot("ddl.sql", render_ddl(schema))
+
+
+def test_render_ddl_is_valid_sqlite(schema: Schema) -> None:
+    """Quoting and comments must survive a real parser: the DDL recreates the same schema."""
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(render_ddl(schema))
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    assert sorted(names) == schema.table_names
+    fks = conn.execute("PRAGMA foreign_key_list('singer in concert')").fetchall()
+    assert {(r[2], r[3], r[4]) for r in fks} == {
+        ("concert", "concert_id", "concert_id"),
+        ("singer", "Singer_ID", "Singer_ID"),
+    }
+    conn.close()
+    with_rows = sqlite3.connect(":memory:")
+    with_rows.executescript(render_ddl_with_rows(schema, rows=5))  # the CSV sits in comments
+    with_rows.close()
+
+
+def test_render_ddl_with_rows_snapshot(schema: Schema) -> None:
+    check_snapshot("ddl_rows.sql", render_ddl_with_rows(schema, rows=3, include_pk=False))
+
+
+def test_render_pet_snapshots(schema: Schema) -> None:
+    check_snapshot("pet.txt", render_pet(schema))
+    check_snapshot("pet_ablated.txt", render_pet(schema, include_values=False, include_fks=False))
+    check_snapshot(
+        "pet_linked.txt", render_pet(schema, subset={"singer in concert": None, "singer": []})
+    )
+
+
+def test_render_compact_snapshot(schema: Schema) -> None:
+    values = {("SINGER", "name"): ["Joe Sharp", "Joe"], ("singer", "Home Town"): ["O'Fallon"]}
+    check_snapshot("compact.txt", render_compact(schema, values=values))
+    assert render_compact(schema, subset={"concert": ["theme"]}) == "# concert(concert_id, theme)"
+
+
+def test_render_columns_snapshot(schema: Schema) -> None:
+    check_snapshot("columns.txt", render_columns(schema, examples=3))
+
+
+def test_renderers_accept_a_subset_schema(schema: Schema) -> None:
+    linked = schema.subset(tables=["concert"])
+    assert render_ddl(schema, subset=linked) == render_ddl(linked)
+    assert "singer" not in render_ddl(schema, subset={"concert": None})
+
+
+# --- real benchmark databases -------------------------------------------------------------------------
+
+
+def test_superhero_descriptions_render(shared_data: Path) -> None:
+    path = shared_data / "bird" / "dev_databases" / "superhero" / "superhero.sqlite"
+    if not path.is_file():
+        pytest.skip("BIRD superhero database not available")
+    with Database.open(path) as db:
+        schema = introspect(db)
+    full_name = schema.find_column("superhero", "full_name")
+    assert full_name.description == "the full name of the superhero"
+    ddl = render_ddl(schema)
+    assert "full_name TEXT, -- the full name of the superhero" in ddl
+    assert "FOREIGN KEY (gender_id) REFERENCES gender(id)" in ddl
+    columns = render_columns(schema, subset={"superhero": ["superhero_name"]})
+    assert columns.startswith(
+        "superhero.id (INTEGER, primary key): the unique identifier of the superhero."
+    )
+    assert (
+        "superhero.superhero_name (TEXT): the name of the superhero. Example values: '3-D Man'"
+        in columns
+    )
+    assert len(schema.tables) == 10
+
+
+def test_spider_names_with_spaces_are_quoted(shared_data: Path) -> None:
+    path = shared_data / "spider" / "database" / "perpetrator" / "perpetrator.sqlite"
+    if not path.is_file():
+        pytest.skip("Spider perpetrator database not available")
+    with Database.open(path) as db:
+        schema = introspect(db)
+        assert '"Home Town"' in render_pet(schema)
+        assert schema.find_column("people", "home town").samples
+        ddl = render_ddl(schema)
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(ddl)
+    conn.close()
