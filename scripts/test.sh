@@ -4,8 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# shellcheck disable=SC1091
-source .ci/postgres.sh
+eval "$(bash .ci/postgres.sh)"
 export SQLWEAVE_LM_TEST_MODEL=${SQLWEAVE_LM_TEST_MODEL:-local:qwen2.5-coder-0.5b}
 set +e
 .venv/bin/python -m pytest "$@"

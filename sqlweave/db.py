@@ -79,6 +79,17 @@ FORBIDDEN_FUNCTIONS = frozenset(
     }
 )
 
+#: Function-name prefixes refused the same way: session-level advisory locks outlive the
+#: rolled-back transaction, and SQLite's pragma_* table-valued functions expose PRAGMA.
+FORBIDDEN_PREFIXES = ("pg_advisory", "pg_try_advisory", "pragma_")
+
+#: What the SQLite authorizer refuses. ``glob`` stays allowed there: SQLite's ``x GLOB y``
+#: operator runs the built-in glob() function, and gold queries use it.
+_SQLITE_FORBIDDEN_FUNCTIONS = FORBIDDEN_FUNCTIONS - {"glob"}
+
+#: Largest string or blob an untrusted SQLite query may build (randomblob(1e9) and the like).
+SQLITE_MAX_LENGTH = 100_000_000
+
 #: sqlglot node types that modify data, schema, settings or sessions.
 _WRITE_NODES: tuple[type[exp.Expression], ...] = tuple(
     getattr(exp, name)
@@ -205,8 +216,11 @@ def check_read_only(sql: str, dialect: str = "sqlite") -> exp.Expression:
             raise _refuse(f"{node.key.upper()} is not allowed inside a query", sql)
         if isinstance(node, exp.Func):
             name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
-            if name in FORBIDDEN_FUNCTIONS:
+            if name in FORBIDDEN_FUNCTIONS or name.startswith(FORBIDDEN_PREFIXES):
                 raise _refuse(f"function {name}() is not allowed", sql)
+        elif isinstance(node, exp.Table) and node.name.lower().startswith("pragma_"):
+            # SQLite's argument-less pragma table functions parse as plain table names.
+            raise _refuse(f"{node.name} (a PRAGMA) is not allowed", sql)
     return tree
 
 
@@ -231,7 +245,11 @@ _ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "not_read_only",
         re.compile(
-            r"not authorized|readonly database|read-only transaction|read_only|read-only", re.I
+            r"not authorized|authorization denied|readonly database|read-only transaction"
+            r"|read_only|read-only|read-write mode|permission denied|must be superuser"
+            r"|Permission Error|only one SELECT|data-modifying|INTO is not allowed"
+            r"|multiple commands",
+            re.I,
         ),
     ),
     (
@@ -286,7 +304,7 @@ def _untrusted_authorizer(
     """Allow only reads and harmless function calls; deny writes, ATTACH, PRAGMA and the rest."""
     if action not in _SQLITE_ALLOWED_ACTIONS:
         return sqlite3.SQLITE_DENY
-    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in FORBIDDEN_FUNCTIONS:
+    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _SQLITE_FORBIDDEN_FUNCTIONS:
         return sqlite3.SQLITE_DENY
     return sqlite3.SQLITE_OK
 
@@ -308,7 +326,7 @@ def _introspection_authorizer(
     """Trusted introspection may use PRAGMA, but still never writes or attaches."""
     if action in _SQLITE_WRITE_ACTIONS:
         return sqlite3.SQLITE_DENY
-    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in FORBIDDEN_FUNCTIONS:
+    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _SQLITE_FORBIDDEN_FUNCTIONS:
         return sqlite3.SQLITE_DENY
     return sqlite3.SQLITE_OK
 
@@ -369,6 +387,9 @@ class Database:
         self.path = path
         self._cache = _ResultCache()
         self._local = threading.local()
+        # Every per-thread SQLite connection, so close() can close them all.
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Database({self.name!r}, dialect={self.dialect!r})"
@@ -443,7 +464,11 @@ class Database:
         if not path.is_file():
             raise ExecutionError("connection", f"DuckDB database not found: {path}")
         try:
-            engine = sa.create_engine(url, connect_args={"read_only": True})
+            # read_only keeps the file intact; without external access a query can neither read
+            # nor write other files (COPY ... TO, read_csv, ATTACH), and the lock stops it from
+            # switching that back on.
+            config = {"enable_external_access": False, "lock_configuration": True}
+            engine = sa.create_engine(url, connect_args={"read_only": True, "config": config})
         except ModuleNotFoundError as err:
             raise ExecutionError(
                 "connection", "DuckDB needs: pip install 'sqlweave[duckdb]'"
@@ -505,7 +530,10 @@ class Database:
         if conn is None:
             assert self.path is not None
             conn = _sqlite_connect(self.path, _untrusted_authorizer)
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, SQLITE_MAX_LENGTH)
             self._local.conn = conn
+            with self._conns_lock:
+                self._conns.append(conn)
         return conn
 
     def _run_sqlite(self, sql: str, timeout_s: float, max_rows: int | None):
@@ -533,15 +561,25 @@ class Database:
             with self.engine.connect() as conn:
                 raw = conn.connection.dbapi_connection
                 raw.rollback()
-                cursor = raw.cursor()
+                raw.autocommit = False
+                # psycopg now opens every transaction on this connection with BEGIN READ ONLY.
+                raw.read_only = True
                 try:
-                    cursor.execute("BEGIN TRANSACTION READ ONLY")
-                    cursor.execute(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}")
-                    cursor.execute(sql)  # no params, so a literal % stays literal
-                    columns = tuple(d[0] for d in cursor.description or ())
-                    rows, truncated = _fetch(cursor, max_rows)
+                    with raw.cursor() as setup:
+                        setup.execute(
+                            f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}"
+                        )
+                    # A server-side cursor: psycopg sends DECLARE ... CURSOR FOR <sql> through the
+                    # extended protocol, so the server accepts exactly one statement and only a
+                    # query (simple protocol would run "SELECT 1; COMMIT; DROP ..." in full), and
+                    # rows come over only as far as max_rows asks. No params: % stays literal.
+                    with raw.cursor(name="sqlweave_untrusted") as cursor:
+                        cursor.execute(sql)
+                        columns = tuple(d[0] for d in cursor.description or ())
+                        rows, truncated = _fetch(cursor, max_rows)
                 finally:
                     raw.rollback()
+                    _release_session_state(raw)
         except ExecutionError:
             raise
         except Exception as err:  # psycopg errors have no common base we can import lazily
@@ -559,10 +597,20 @@ class Database:
             timer = threading.Timer(timeout_s, raw.interrupt)
             timer.start()
             try:
+                # DuckDB's cursor runs every statement in the text; the engine's own parser
+                # makes sure there is exactly one, and that it is a query.
+                statements = raw.extract_statements(sql)
+                kinds = [getattr(s.type, "name", str(s.type)) for s in statements]
+                if kinds != ["SELECT"]:
+                    raise ExecutionError(
+                        "not_read_only", f"only one SELECT may run, got {kinds or 'nothing'}", sql
+                    )
                 cursor = raw.cursor()
                 cursor.execute(sql)
                 columns = tuple(d[0] for d in cursor.description or ())
                 rows, truncated = _fetch(cursor, max_rows)
+            except ExecutionError:
+                raise
             except Exception as err:
                 text = _first_line(str(err))
                 kind = classify_error(text)
@@ -574,10 +622,12 @@ class Database:
         return columns, rows, truncated
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
+        """Close every connection, including those other threads opened."""
+        with self._conns_lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
             conn.close()
-            self._local.conn = None
+        self._local = threading.local()
         self.engine.dispose()
 
     def __enter__(self) -> Database:
@@ -585,6 +635,19 @@ class Database:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _release_session_state(raw: Any) -> None:
+    """Drop what outlives a rolled-back PostgreSQL transaction: session advisory locks.
+
+    The sqlglot layer refuses pg_advisory_lock(); this is the engine-side backstop, so a query
+    cannot keep a lock on a pooled connection after it has finished.
+    """
+    try:
+        with raw.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock_all()")
+    finally:
+        raw.rollback()
 
 
 def _fetch(cursor: Any, max_rows: int | None) -> tuple[tuple[tuple[Any, ...], ...], bool]:

@@ -1,0 +1,292 @@
+"""Execution accuracy of a program over a set of examples, written as it goes and resumable.
+
+Long runs on a small CPU take hours and get interrupted, so each finished question is appended to
+a JSONL file at once (flushed and fsynced), and a rerun with the same file skips what is done. A
+prediction can fail in any way (the program raises, returns no SQL, the SQL errors or times out)
+and is then recorded as a miss with its error text; only a gold query that cannot run stops the
+run (:class:`~sqlweave.metrics.GoldQueryError`), since every later score would be meaningless.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import inspect
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+import dspy
+from tqdm.auto import tqdm
+
+from sqlweave.data import BIRD_LEVELS, SPIDER_LEVELS, open_database
+from sqlweave.metrics import check_execution, pred_sql_of, semantics_for
+
+logger = logging.getLogger(__name__)
+
+UsageTracker = Callable[[], contextlib.AbstractContextManager[Any]]
+_AUTO = "auto"
+
+
+def default_usage_tracker() -> UsageTracker | None:
+    """``sqlweave.lm.track_usage`` when that module provides it, else None (seconds only)."""
+    try:
+        from sqlweave.lm import track_usage
+    except ImportError:
+        return None
+    return track_usage
+
+
+def read_records(path: str | Path, *, repair: bool = False) -> list[dict[str, Any]]:
+    """Records of an evaluation JSONL file.
+
+    A last line cut short by an interrupted write is dropped (and, with ``repair=True``, cut from
+    the file so later appends start on a clean line); a malformed line anywhere else is an error,
+    because it means the file is not ours or was edited.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    records: list[dict[str, Any]] = []
+    good_end = 0
+    offset = 0
+    for i, line in enumerate(lines):
+        end = offset + len(line) + 1
+        is_last = i == len(lines) - 1 or (i == len(lines) - 2 and not lines[-1])
+        if line.strip():
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict) or "question_id" not in record:
+                    raise ValueError("not an evaluation record")
+                complete = end <= len(raw)  # the line ended with a newline
+            except ValueError as err:
+                if not is_last:
+                    raise ValueError(f"{path}: line {i + 1} is not a valid record ({err})") from err
+                complete = False
+            if not complete:
+                logger.warning("%s: dropping a truncated last line", path)
+                break
+            records.append(record)
+        good_end = min(end, len(raw))
+        offset = end
+    if repair and good_end < len(raw):
+        with open(path, "r+b") as fh:
+            fh.truncate(good_end)
+    return records
+
+
+def _call_kwargs(program: Any, example: Any) -> dict[str, Any]:
+    """The example's inputs (plus ``db_path``), narrowed to what ``program`` accepts."""
+    kwargs = example.inputs().toDict() if hasattr(example, "inputs") else dict(example)
+    if "db_path" not in kwargs and getattr(example, "db_path", None):
+        kwargs["db_path"] = example.db_path
+    # type(program).forward: reading ``.forward`` off a module instance makes DSPy warn.
+    target = type(program).forward if isinstance(program, dspy.Module) else program
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return kwargs
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return kwargs
+    names = {p.name for p in params}
+    return {k: v for k, v in kwargs.items() if k in names}
+
+
+def _evaluate_one(
+    program: Any,
+    example: Any,
+    semantics: str | None,
+    timeout_s: float,
+    tracker: UsageTracker | None,
+) -> dict[str, Any]:
+    sem = semantics or semantics_for(example)
+    error: str | None = None
+    error_kind: str | None = None
+    pred: Any = None
+    usage = None
+    start = time.perf_counter()
+    scope = tracker() if tracker is not None else contextlib.nullcontext()
+    with scope as acc:
+        try:
+            pred = program(**_call_kwargs(program, example))
+        except Exception as err:  # any failure of the program is a recorded miss, not a crash
+            error, error_kind = f"{type(err).__name__}: {err}", "program"
+            logger.debug("program failed on %s", example.question_id, exc_info=True)
+    seconds = time.perf_counter() - start
+    if acc is not None and hasattr(acc, "as_dict"):
+        usage = acc.as_dict()
+    pred_sql = pred_sql_of(pred)
+    if error is None and not pred_sql.strip():
+        error, error_kind = "program returned no SQL", "no_sql"
+
+    start = time.perf_counter()
+    match = check_execution(
+        pred_sql, example.gold_sql, open_database(example), sem, timeout_s=timeout_s
+    )
+    if error is None and match.error is not None:
+        error, error_kind = match.error.feedback(), match.error.kind
+    return {
+        "question_id": str(example.question_id),
+        "db_id": example.db_id,
+        "question": example.question,
+        "difficulty": getattr(example, "difficulty", ""),
+        "source": getattr(example, "source", ""),
+        "semantics": sem,
+        "gold_sql": example.gold_sql,
+        "pred_sql": pred_sql,
+        "correct": bool(match.correct),
+        "error": error,
+        "error_kind": error_kind,
+        "seconds": round(seconds, 4),
+        "eval_seconds": round(time.perf_counter() - start, 4),
+        "usage": usage,
+    }
+
+
+def evaluate(
+    program: Callable[..., Any],
+    examples: Sequence[Any],
+    *,
+    out_path: str | Path | None,
+    semantics: str | None = None,
+    num_threads: int = 1,
+    timeout_s: float = 30.0,
+    resume: bool = True,
+    progress: bool = True,
+    usage_tracker: UsageTracker | None | str = _AUTO,
+) -> dict[str, Any]:
+    """Run ``program`` on every example and score it by execution match.
+
+    ``program`` is a DSPy module or any callable taking the example's inputs as keywords and
+    returning a ``dspy.Prediction`` with ``.sql`` (or a string). ``semantics=None`` scores each
+    example by its own benchmark's rules. With ``out_path`` each record is appended to that JSONL
+    file as soon as it is done; with ``resume`` a rerun skips questions already recorded there
+    (``resume=False`` starts the file afresh). ``usage_tracker`` is a context-manager factory whose
+    value has ``.as_dict()``; by default :func:`sqlweave.lm.track_usage`, if available.
+
+    Returns ``{"ex", "n", "errors", "by_difficulty": {level: {"ex", "n"}}, "usage",
+    "usage_total", "records"}`` with records in example order. Prints nothing.
+    """
+    tracker = default_usage_tracker() if usage_tracker == _AUTO else usage_tracker
+    if isinstance(tracker, str):
+        raise ValueError(f"usage_tracker must be a callable or None, not {tracker!r}")
+    examples = list(examples)
+    ids = [str(ex.question_id) for ex in examples]
+    if len(set(ids)) != len(ids):
+        raise ValueError(
+            "examples have duplicate question_id values; records could not be told apart"
+        )
+
+    done: dict[str, dict[str, Any]] = {}
+    out = Path(out_path) if out_path is not None else None
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if resume:
+            wanted = dict(zip(ids, examples, strict=True))
+            for record in read_records(out, repair=True):
+                qid = str(record["question_id"])
+                ex = wanted.get(qid)
+                if ex is not None and record.get("gold_sql") != ex.gold_sql:
+                    raise ValueError(
+                        f"{out}: record {qid} has another gold query than the example; "
+                        "this file belongs to a different dataset (use another out_path)"
+                    )
+                done[qid] = record
+            if done:
+                logger.info(
+                    "resuming %s: %d of %d already done", out, len(set(done) & set(ids)), len(ids)
+                )
+        elif out.exists():
+            out.write_text("")
+    todo = [ex for ex, qid in zip(examples, ids, strict=True) if qid not in done]
+
+    lock = threading.Lock()
+    bar = tqdm(
+        total=len(examples), initial=len(examples) - len(todo), disable=not progress, desc="EX"
+    )
+    handle = open(out, "a", encoding="utf-8") if out is not None else None
+
+    def finish(record: dict[str, Any]) -> None:
+        with lock:
+            done[record["question_id"]] = record
+            if handle is not None:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            bar.update(1)
+
+    try:
+        if num_threads <= 1:
+            for ex in todo:
+                finish(_evaluate_one(program, ex, semantics, timeout_s, tracker))
+        else:
+            _run_threads(program, todo, semantics, timeout_s, tracker, num_threads, finish)
+    finally:
+        bar.close()
+        if handle is not None:
+            handle.close()
+    return summarize([done[qid] for qid in ids])
+
+
+def _run_threads(
+    program: Any,
+    todo: Iterable[Any],
+    semantics: str | None,
+    timeout_s: float,
+    tracker: UsageTracker | None,
+    num_threads: int,
+    finish: Callable[[dict[str, Any]], None],
+) -> None:
+    def task(ex: Any) -> None:
+        finish(_evaluate_one(program, ex, semantics, timeout_s, tracker))
+
+    with ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="sqlweave-eval") as pool:
+        # Each task runs in a copy of the caller's context, so dspy.context(lm=...) set around
+        # evaluate() holds in the workers too.
+        futures = [pool.submit(contextvars.copy_context().run, task, ex) for ex in todo]
+        finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in finished:
+            if future.exception() is not None:
+                for other in futures:
+                    other.cancel()
+                raise future.exception()  # type: ignore[misc]
+
+
+def _level_order(level: str) -> tuple[int, str]:
+    known = (*SPIDER_LEVELS, *BIRD_LEVELS)
+    return (known.index(level), level) if level in known else (len(known), level)
+
+
+def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """EX overall and per difficulty, plus mean and total usage, from evaluation records."""
+    n = len(records)
+    correct = sum(bool(r.get("correct")) for r in records)
+    levels: dict[str, list[bool]] = {}
+    for r in records:
+        levels.setdefault(str(r.get("difficulty") or "unknown"), []).append(bool(r.get("correct")))
+    by_difficulty = {
+        level: {"ex": sum(v) / len(v), "n": len(v)}
+        for level, v in sorted(levels.items(), key=lambda kv: _level_order(kv[0]))
+    }
+    totals: dict[str, float] = {"wall_seconds": sum(float(r.get("seconds") or 0) for r in records)}
+    for r in records:
+        for key, value in (r.get("usage") or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                totals[key] = totals.get(key, 0) + value
+    return {
+        "ex": correct / n if n else 0.0,
+        "n": n,
+        "errors": sum(r.get("error") is not None for r in records),
+        "by_difficulty": by_difficulty,
+        "usage": {k: v / n for k, v in totals.items()} if n else {},
+        "usage_total": totals,
+        "records": list(records),
+    }

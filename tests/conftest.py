@@ -1,0 +1,82 @@
+"""Shared fixtures: where the bundled benchmark data lives, and open databases from it.
+
+``data_root`` is ``../shared/data`` beside the repository checkout, or ``$SQLWEAVE_DATA`` when set
+(read when the fixture runs). Tests that need the data are skipped, not failed, where it is absent,
+so the package's own tests still run from a bare checkout.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from sqlweave.db import Database
+
+
+def _data_root() -> Path:
+    env = os.environ.get("SQLWEAVE_DATA")
+    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def data_root() -> Path:
+    """The benchmark data folder (holding ``spider/`` and ``bird/``); skips the test if absent."""
+    root = _data_root()
+    if not root.is_dir():
+        pytest.skip(f"benchmark data not found at {root} (set SQLWEAVE_DATA)")
+    return root
+
+
+@pytest.fixture(scope="session")
+def spider_root(data_root: Path) -> Path:
+    root = data_root / "spider"
+    if not (root / "dev.json").is_file():
+        pytest.skip(f"Spider data not found under {root}")
+    return root
+
+
+@pytest.fixture(scope="session")
+def bird_root(data_root: Path) -> Path:
+    root = data_root / "bird"
+    if not (root / "dev.json").is_file():
+        pytest.skip(f"BIRD data not found under {root}")
+    return root
+
+
+@pytest.fixture(scope="session")
+def spider_db(spider_root: Path) -> Iterator[Callable[[str], Database]]:
+    """Factory: ``spider_db("concert_singer")`` opens (once per session) a bundled Spider database."""
+    opened: dict[str, Database] = {}
+
+    def open_db(db_id: str) -> Database:
+        if db_id not in opened:
+            path = spider_root / "database" / db_id / f"{db_id}.sqlite"
+            if not path.is_file():
+                pytest.skip(f"Spider database {db_id} not bundled")
+            opened[db_id] = Database.open(path)
+        return opened[db_id]
+
+    yield open_db
+    for db in opened.values():
+        db.close()
+
+
+@pytest.fixture(scope="session")
+def bird_db(bird_root: Path) -> Iterator[Callable[[str], Database]]:
+    """Factory: ``bird_db("superhero")`` opens (once per session) a bundled BIRD dev database."""
+    opened: dict[str, Database] = {}
+
+    def open_db(db_id: str) -> Database:
+        if db_id not in opened:
+            path = bird_root / "dev_databases" / db_id / f"{db_id}.sqlite"
+            if not path.is_file():
+                pytest.skip(f"BIRD database {db_id} not bundled")
+            opened[db_id] = Database.open(path)
+        return opened[db_id]
+
+    yield open_db
+    for db in opened.values():
+        db.close()

@@ -1,0 +1,218 @@
+"""The evaluation loop: scoring, per-question JSONL, resume, failures, threads and usage."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+
+from sqlweave import data
+from sqlweave.evaluate import evaluate, read_records
+from sqlweave.metrics import GoldQueryError
+
+
+@pytest.fixture(scope="module")
+def examples(data_root):
+    dev = data.load_spider("dev", root=data_root)
+    return data.eval_slice(dev, n=12, seed=0)
+
+
+def gold_program(**kwargs):
+    """Answers with the gold query: a perfect program, found by looking the question up."""
+    return dspy.Prediction(sql=gold_program.lookup[kwargs["question"]])
+
+
+class Counting:
+    """Returns the gold SQL as a plain string and counts calls (thread-safe)."""
+
+    def __init__(self, lookup, fail_on=()):
+        self.lookup, self.fail_on, self.calls = lookup, set(fail_on), 0
+        self.lock = threading.Lock()
+
+    def __call__(self, question, db_id, evidence, db_path):
+        with self.lock:
+            self.calls += 1
+        if question in self.fail_on:
+            raise RuntimeError("model exploded")
+        return self.lookup[question]
+
+
+@pytest.fixture
+def lookup(examples):
+    table = {e.question: e.gold_sql for e in examples}
+    gold_program.lookup = table
+    return table
+
+
+def test_perfect_program_scores_one_and_writes_records(examples, lookup, tmp_path, capsys):
+    out = tmp_path / "run.jsonl"
+    summary = evaluate(gold_program, examples, out_path=out, progress=False, usage_tracker=None)
+    assert summary["ex"] == 1.0 and summary["n"] == len(examples) and summary["errors"] == 0
+    assert sum(v["n"] for v in summary["by_difficulty"].values()) == len(examples)
+    assert list(summary["by_difficulty"]) == [
+        lvl for lvl in ("easy", "medium", "hard", "extra") if lvl in summary["by_difficulty"]
+    ]
+    lines = out.read_text().splitlines()
+    assert len(lines) == len(examples)
+    record = json.loads(lines[0])
+    for key in (
+        "question_id",
+        "db_id",
+        "question",
+        "difficulty",
+        "gold_sql",
+        "pred_sql",
+        "correct",
+        "error",
+        "seconds",
+    ):
+        assert key in record
+    assert [r["question_id"] for r in summary["records"]] == [e.question_id for e in examples]
+    assert capsys.readouterr().out == ""
+
+
+def test_bad_predictions_are_recorded_not_raised(examples, lookup, tmp_path):
+    failing = {examples[0].question}
+    wrong = {examples[1].question: "SELECT nonsense FROM nowhere", examples[2].question: "SELECT 1"}
+
+    def program(question, **_):
+        if question in failing:
+            raise RuntimeError("model exploded")
+        if question == examples[3].question:
+            return dspy.Prediction(answer="no sql field")
+        return wrong.get(question, lookup[question])
+
+    summary = evaluate(
+        program, examples, out_path=tmp_path / "r.jsonl", progress=False, usage_tracker=None
+    )
+    by_id = {r["question_id"]: r for r in summary["records"]}
+    assert by_id[examples[0].question_id]["error"] == "RuntimeError: model exploded"
+    assert by_id[examples[0].question_id]["error_kind"] == "program"
+    assert by_id[examples[1].question_id]["error_kind"] == "unknown_table"
+    assert by_id[examples[2].question_id]["error"] is None
+    assert by_id[examples[3].question_id]["error_kind"] == "no_sql"
+    assert summary["errors"] == 3
+    assert summary["ex"] == pytest.approx((len(examples) - 4) / len(examples))
+
+
+def test_resume_skips_done_questions_and_survives_a_torn_line(examples, lookup, tmp_path):
+    out = tmp_path / "r.jsonl"
+    evaluate(Counting(lookup), examples[:5], out_path=out, progress=False, usage_tracker=None)
+    with open(out, "a") as fh:
+        fh.write('{"question_id": "spider_dev_9999", "corr')  # interrupted mid-write
+    program = Counting(lookup)
+    summary = evaluate(program, examples, out_path=out, progress=False, usage_tracker=None)
+    assert program.calls == len(examples) - 5
+    assert summary["n"] == len(examples) and summary["ex"] == 1.0
+    records = read_records(out)
+    assert len(records) == len(examples)  # the torn line was cut, every line parses
+    assert all(json.loads(line) for line in out.read_text().splitlines())
+    again = Counting(lookup)
+    evaluate(again, examples, out_path=out, progress=False, usage_tracker=None)
+    assert again.calls == 0
+    fresh = Counting(lookup)
+    evaluate(fresh, examples, out_path=out, resume=False, progress=False, usage_tracker=None)
+    assert fresh.calls == len(examples) and len(read_records(out)) == len(examples)
+
+
+def test_resume_refuses_a_file_from_another_dataset(examples, lookup, tmp_path):
+    out = tmp_path / "r.jsonl"
+    evaluate(Counting(lookup), examples[:2], out_path=out, progress=False, usage_tracker=None)
+    changed = [examples[0].copy(gold_sql="SELECT 1"), *examples[1:]]
+    with pytest.raises(ValueError, match="different dataset"):
+        evaluate(Counting(lookup), changed, out_path=out, progress=False, usage_tracker=None)
+
+
+def test_corrupt_middle_line_is_an_error(tmp_path):
+    out = tmp_path / "r.jsonl"
+    out.write_text('{"question_id": "a"}\ngarbage\n{"question_id": "b"}\n')
+    with pytest.raises(ValueError, match="line 2"):
+        read_records(out)
+
+
+def test_threads_give_the_same_records_and_see_the_dspy_context(examples, lookup, tmp_path):
+    seen = []
+
+    def program(question, **_):
+        seen.append(dspy.settings.lm)
+        return lookup[question]
+
+    lm = DummyLM([{"sql": "SELECT 1"}])
+    with dspy.context(lm=lm):
+        threaded = evaluate(
+            program, examples, out_path=None, num_threads=4, progress=False, usage_tracker=None
+        )
+    serial = evaluate(Counting(lookup), examples, out_path=None, progress=False, usage_tracker=None)
+    assert threaded["ex"] == serial["ex"] == 1.0
+    assert [r["question_id"] for r in threaded["records"]] == [
+        r["question_id"] for r in serial["records"]
+    ]
+    assert len(seen) == len(examples) and all(s is lm for s in seen)
+
+
+def test_failing_gold_stops_the_run(examples, lookup, tmp_path):
+    broken = [examples[0].copy(gold_sql="SELECT * FROM no_such_table"), *examples[1:3]]
+    with pytest.raises(GoldQueryError):
+        evaluate(
+            Counting(lookup),
+            broken,
+            out_path=tmp_path / "r.jsonl",
+            progress=False,
+            usage_tracker=None,
+        )
+    with pytest.raises(GoldQueryError):
+        evaluate(
+            Counting(lookup),
+            broken,
+            out_path=None,
+            num_threads=2,
+            progress=False,
+            usage_tracker=None,
+        )
+
+
+def test_custom_usage_tracker_is_recorded_and_summarized(examples, lookup):
+    class Acc:
+        def as_dict(self):
+            return {"calls": 2, "prompt_tokens": 10}
+
+    @contextlib.contextmanager
+    def tracker():
+        yield Acc()
+
+    summary = evaluate(
+        Counting(lookup), examples[:3], out_path=None, progress=False, usage_tracker=tracker
+    )
+    assert all(r["usage"] == {"calls": 2, "prompt_tokens": 10} for r in summary["records"])
+    assert summary["usage"]["calls"] == 2 and summary["usage_total"]["prompt_tokens"] == 30
+    assert "wall_seconds" in summary["usage"]
+
+
+def test_dspy_module_with_dummy_lm_and_default_tracker(examples):
+    ex = next(e for e in examples)
+
+    class Direct(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.gen = dspy.Predict("question, db_id -> sql")
+
+        def forward(self, question, db_id, **_):
+            return self.gen(question=question, db_id=db_id)
+
+    lm = DummyLM([{"sql": ex.gold_sql}])
+    with dspy.context(lm=lm):
+        summary = evaluate(Direct(), [ex], out_path=None, progress=False)
+    (record,) = summary["records"]
+    assert record["pred_sql"] == ex.gold_sql and record["correct"] is True
+    # with sqlweave.lm present the default tracker counts the LM call
+    if record["usage"] is not None:
+        assert record["usage"]["calls"] == 1
+
+
+def test_duplicate_question_ids_are_refused(examples, lookup):
+    with pytest.raises(ValueError, match="duplicate"):
+        evaluate(Counting(lookup), [examples[0], examples[0]], out_path=None, progress=False)

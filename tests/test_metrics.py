@@ -1,0 +1,265 @@
+"""EX semantics (fixture pairs and real queries), gold-vs-gold over the bundled data, hardness."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import dspy
+import pytest
+import sqlglot
+
+from sqlweave import data
+from sqlweave.db import QueryResult, check_read_only
+from sqlweave.metrics import (
+    GoldQueryError,
+    check_execution,
+    ex_metric,
+    execution_match,
+    has_top_level_order_by,
+    results_match,
+    spider_hardness,
+    strip_distinct,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PAIRS = json.loads((FIXTURES / "ex_pairs.json").read_text())
+
+
+def _result(columns: list[str], rows: list[list]) -> QueryResult:
+    return QueryResult(tuple(columns), tuple(tuple(r) for r in rows))
+
+
+# --- pure comparison --------------------------------------------------------------------------
+
+
+def test_fixture_suite_is_large_and_covers_both_verdicts():
+    assert len(PAIRS) >= 30
+    for sem in ("spider", "bird"):
+        verdicts = Counter(p["expected"][sem] for p in PAIRS)
+        assert verdicts[True] >= 8 and verdicts[False] >= 8, (sem, verdicts)
+    # both semantics disagree on some pairs, or the suite cannot tell them apart
+    assert sum(p["expected"]["spider"] != p["expected"]["bird"] for p in PAIRS) >= 8
+
+
+@pytest.mark.parametrize("semantics", ["spider", "bird"])
+@pytest.mark.parametrize("pair", PAIRS, ids=[p["name"] for p in PAIRS])
+def test_results_match_fixture_pairs(pair, semantics):
+    pred = _result(pair["pred_columns"], pair["pred_rows"])
+    gold = _result(pair["gold_columns"], pair["gold_rows"])
+    got = results_match(pred, gold, semantics, ordered=pair["gold_has_order_by"])
+    assert got is pair["expected"][semantics], pair.get("note", "")
+    # plain row lists behave exactly like QueryResults
+    assert (
+        results_match(pair["pred_rows"], pair["gold_rows"], semantics, pair["gold_has_order_by"])
+        is got
+    )
+
+
+
+def test_results_match_rejects_unknown_semantics():
+    with pytest.raises(ValueError, match="semantics"):
+        results_match([(1,)], [(1,)], "exact")
+
+
+def test_top_level_order_by_detection():
+    assert has_top_level_order_by("SELECT a FROM t ORDER BY a")
+    assert has_top_level_order_by("SELECT a FROM t UNION SELECT b FROM u ORDER BY 1")
+    assert not has_top_level_order_by("SELECT a FROM t")
+    # a sorted subquery does not order the outer rows
+    assert not has_top_level_order_by(
+        "SELECT a FROM t WHERE b = (SELECT b FROM u ORDER BY c DESC LIMIT 1)"
+    )
+    assert not has_top_level_order_by("SELECT a FROM (SELECT a FROM t ORDER BY a)")
+
+
+def test_strip_distinct_removes_every_distinct_token_only():
+    assert strip_distinct("SELECT DISTINCT a FROM t") == "SELECT a FROM t"
+    assert strip_distinct("SELECT count(DISTINCT a) FROM t") == "SELECT count( a) FROM t"
+    assert (
+        strip_distinct("SELECT a FROM t WHERE b = 'distinct'")
+        == "SELECT a FROM t WHERE b = 'distinct'"
+    )
+    assert strip_distinct("SELECT a FROM t") == "SELECT a FROM t"
+
+
+# --- through SQLite ---------------------------------------------------------------------------
+
+
+def test_real_queries_spider_semantics(spider_db):
+    db = spider_db("concert_singer")
+    assert execution_match("SELECT count(singer_id) FROM singer", "SELECT count(*) FROM singer", db)
+    # swapped columns are the same answer for Spider, not for BIRD
+    swap = ("SELECT age, name FROM singer", "SELECT name, age FROM singer")
+    assert execution_match(*swap, db, "spider")
+    assert not execution_match(*swap, db, "bird")
+    # order counts only when the gold sorts
+    asc, desc = "SELECT name FROM singer ORDER BY age", "SELECT name FROM singer ORDER BY age DESC"
+    assert not execution_match(desc, asc, db, "spider")
+    assert execution_match(desc, asc, db, "bird")
+    assert execution_match(
+        "SELECT name FROM singer", "SELECT name FROM singer ORDER BY name", db, "bird"
+    )
+    assert not execution_match(
+        "SELECT name FROM singer WHERE age > 40", "SELECT name FROM singer", db
+    )
+
+
+def test_distinct_follows_each_official_default(spider_db):
+    db = spider_db("concert_singer")
+    gold, pred = "SELECT DISTINCT country FROM singer", "SELECT country FROM singer"
+    assert execution_match(pred, gold, db, "spider")  # official test-suite strips DISTINCT
+    assert not execution_match(pred, gold, db, "spider", keep_distinct=True)
+    assert execution_match(pred, gold, db, "bird")  # sets: duplicates do not matter anyway
+    # BIRD keeps DISTINCT: a count of distinct values is not a count of rows
+    count_gold, count_pred = (
+        "SELECT count(DISTINCT country) FROM singer",
+        "SELECT count(country) FROM singer",
+    )
+    assert not execution_match(count_pred, count_gold, db, "bird")
+    assert execution_match(count_pred, count_gold, db, "bird", keep_distinct=False)
+    assert execution_match(count_pred, count_gold, db, "spider")
+
+
+def test_failing_predictions_score_false_with_the_error(spider_db):
+    db = spider_db("concert_singer")
+    gold = "SELECT count(*) FROM singer"
+    for pred, kind in [
+        ("SELEC count(*) FROM singer", "syntax"),
+        ("SELECT count(*) FROM singers", "unknown_table"),
+        ("DELETE FROM singer", "not_read_only"),
+        ("", "syntax"),
+    ]:
+        result = check_execution(pred, gold, db)
+        assert result.correct is False and result.error is not None and result.error.kind == kind
+    slow = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+    result = check_execution(slow, gold, db, timeout_s=0.3)
+    assert result.correct is False and result.error.kind == "timeout"
+
+
+def test_failing_gold_raises(spider_db):
+    db = spider_db("concert_singer")
+    with pytest.raises(GoldQueryError, match="no_such_table|unknown_table"):
+        execution_match("SELECT 1", "SELECT * FROM no_such_table", db)
+
+
+def test_ex_metric_dspy_contract(spider_root):
+    ex = next(
+        e for e in data.load_spider("dev", root=spider_root.parent) if e.db_id == "concert_singer"
+    )
+    good = dspy.Prediction(sql=ex.gold_sql)
+    assert ex_metric(ex, good) == 1.0 and isinstance(ex_metric(ex, good), float)
+    assert ex_metric(ex, good, trace=[]) is True
+    assert ex_metric(ex, "SELECT 1 FROM singer WHERE 0", trace=[]) is False
+    assert ex_metric(ex, ex.gold_sql) == 1.0  # a bare string is a prediction too
+    assert ex_metric(ex, dspy.Prediction(answer="no sql")) == 0.0
+
+
+def test_ex_metric_uses_bird_semantics_for_bird(bird_root):
+    ex = data.load_bird("dev", root=bird_root.parent)[0]
+    assert ex.source == "bird"
+    # the same rows repeated: a set match for BIRD
+    doubled = f"{ex.gold_sql} UNION ALL {ex.gold_sql}"
+    assert ex_metric(ex, doubled) == 1.0
+    spider_view = ex.copy(source="spider")
+    assert ex_metric(spider_view, doubled) == 0.0
+
+
+# --- the bundled data against itself ----------------------------------------------------------
+
+
+def _all_gold(data_root: Path) -> dict[str, list]:
+    return {
+        "spider dev": data.load_spider("dev", root=data_root),
+        "spider train": data.load_spider("train", root=data_root),
+        "bird dev": data.load_bird("dev", root=data_root),
+    }
+
+
+@pytest.mark.slow
+def test_every_bundled_gold_query_matches_itself(data_root):
+    sets = _all_gold(data_root)
+    counts, failures = {}, []
+    for semantics in ("spider", "bird"):
+        for name, examples in sets.items():
+            ok = 0
+            for ex in examples:
+                # a fresh handle per set and semantics, so the prediction side really runs again
+                if execution_match(ex.gold_sql, ex.gold_sql, data.open_database(ex), semantics):
+                    ok += 1
+                else:
+                    failures.append((semantics, ex.question_id, ex.gold_sql))
+            counts[f"{name} / {semantics}"] = f"{ok}/{len(examples)}"
+    assert not failures, (
+        f"{len(failures)} gold queries do not match themselves: {failures[:5]}; {counts}"
+    )
+    assert sum(len(v) for v in sets.values()) == 827 + 6725 + 52, counts
+
+
+@pytest.mark.slow
+def test_every_bundled_gold_query_parses_and_passes_the_read_only_check(data_root):
+    failures = []
+    total = 0
+    for examples in _all_gold(data_root).values():
+        for ex in examples:
+            total += 1
+            try:
+                sqlglot.parse_one(ex.gold_sql, read="sqlite")
+                check_read_only(ex.gold_sql, "sqlite")
+            except Exception as err:  # report every kind of refusal with the query
+                failures.append((ex.question_id, ex.gold_sql, str(err)))
+    assert not failures, f"{len(failures)} of {total} gold queries refused: {failures[:5]}"
+
+
+# --- hardness ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "level"),
+    [
+        ("SELECT count(*) FROM singer", "easy"),
+        ("SELECT name FROM singer WHERE age > 30", "easy"),
+        ("SELECT name, country, age FROM singer ORDER BY age DESC", "medium"),
+        ("SELECT count(*) FROM singer WHERE country = 'France' OR age > 40", "medium"),
+        (
+            "SELECT T2.name FROM singer_in_concert AS T1 JOIN singer AS T2 ON T1.singer_id = "
+            "T2.singer_id JOIN concert AS T3 ON T1.concert_id = T3.concert_id WHERE T3.year = 2014",
+            "hard",
+        ),
+        (
+            "SELECT name FROM stadium WHERE stadium_id NOT IN (SELECT stadium_id FROM concert)",
+            "hard",
+        ),
+        (
+            "SELECT name FROM singer WHERE age > (SELECT avg(age) FROM singer) ORDER BY age LIMIT 3",
+            "extra",
+        ),
+        ("SELECT a FROM t WHERE x = 1 INTERSECT SELECT a FROM t WHERE x = 2", "hard"),
+        # HAVING's AND counts as an aggregation (official quirk): 3 components, 1 other
+        (
+            "SELECT a FROM t GROUP BY a HAVING count(*) > 1 AND sum(b) > 2 ORDER BY count(*) LIMIT 1",
+            "hard",
+        ),
+        (
+            "SELECT a FROM t JOIN u ON t.x = u.y WHERE b > 1 GROUP BY a ORDER BY count(*) LIMIT 1",
+            "extra",
+        ),
+    ],
+)
+def test_spider_hardness_known_examples(sql, level):
+    assert spider_hardness(sql) == level
+
+
+def test_spider_hardness_rejects_unparsable_sql():
+    with pytest.raises(ValueError):
+        spider_hardness("SELECT FROM WHERE (")
+
+
+
+def test_spider_dev_hardness_distribution_is_close_to_official(data_root):
+    examples = data.load_spider("dev", root=data_root)
+    share = {k: v / len(examples) for k, v in Counter(e.difficulty for e in examples).items()}
+    official_share = {"easy": 0.24, "medium": 0.43, "hard": 0.17, "extra": 0.16}
+    for level, expected in official_share.items():
+        assert abs(share.get(level, 0) - expected) < 0.04, (level, share)
