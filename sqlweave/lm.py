@@ -1,0 +1,622 @@
+"""LM runtime: an offline local default, any served model, and per-call accounting.
+
+Model specs are strings so that a compiled artefact can record which LM it was compiled with and
+rebuild it later (``build_lm(spec_of(lm))``):
+
+- ``local:NAME``  a model from :data:`sqlweave.models.REGISTRY`, fetched on first use;
+- ``gguf:PATH``   any GGUF file on disk;
+- anything else   a LiteLLM model string handed to ``dspy.LM`` (``openai/<model>`` with
+                  ``api_base=`` for an OpenAI-compatible server such as vLLM or llama-server).
+
+Local models run in-process through llama-cpp-python, plugged into DSPy 3.4 as a canonical
+custom engine (``complete(Request) -> Response``), so DSPy keeps owning its cache, retries, ``n``
+fan-out, history and callbacks. One ``Llama`` is loaded per model file and shared by every LM
+built on it; a lock serialises calls on it because DSPy evaluates with threads and a llama.cpp
+context is single-threaded state. Calls on one instance reuse the KV cache for the longest
+common token prefix with the previous call, which is what makes many questions over one
+schema-heavy prompt cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import dspy
+from dspy.lm15 import Message, Request, Response, TextPart, response_to_events
+from dspy.lm15 import Usage as TokenUsage
+from dspy.utils.callback import BaseCallback
+from dspy.utils.callback_context import ACTIVE_CALL_ID
+from dspy.utils.usage_tracker import UsageTracker
+
+from sqlweave import models
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "local:qwen2.5-coder-1.5b"
+"""The default LM spec: the 1.5B coder model, run locally."""
+
+SMALL_MODEL = "local:qwen2.5-coder-0.5b"
+"""The small local model CI uses."""
+
+DEFAULT_N_CTX = 8192
+"""Context window for local models: a Spider/BIRD schema plus demos fits; Qwen2.5 allows 32k."""
+
+SpecKind = Literal["local", "gguf", "litellm"]
+
+
+class LMSpecError(ValueError):
+    """A model spec string that cannot be understood."""
+
+
+@dataclass(frozen=True)
+class LMSpec:
+    """A parsed model spec; ``str(spec)`` gives back the string it was parsed from."""
+
+    kind: SpecKind
+    target: str
+
+    @classmethod
+    def parse(cls, spec: str) -> LMSpec:
+        """Parse ``local:NAME``, ``gguf:PATH`` or a LiteLLM model string."""
+        if not isinstance(spec, str) or not spec.strip():
+            raise LMSpecError("a model spec must be a non-empty string")
+        spec = spec.strip()
+        prefix, sep, rest = spec.partition(":")
+        if sep and prefix == "local":
+            if rest not in models.REGISTRY:
+                known = ", ".join(f"local:{name}" for name in sorted(models.REGISTRY))
+                raise LMSpecError(f"unknown local model {rest!r}; known: {known}, or use gguf:PATH")
+            return cls("local", rest)
+        if sep and prefix == "gguf":
+            if not rest:
+                raise LMSpecError("gguf: needs a path, e.g. gguf:/models/model.gguf")
+            return cls("gguf", rest)
+        return cls("litellm", spec)
+
+    def __str__(self) -> str:
+        return self.target if self.kind == "litellm" else f"{self.kind}:{self.target}"
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the model runs in this process (no server, no cost)."""
+        return self.kind in ("local", "gguf")
+
+
+# ---------------------------------------------------------------------------------------------
+# llama.cpp engine
+
+
+@dataclass
+class _Loaded:
+    llama: Any
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_LOADED: dict[tuple[Any, ...], _Loaded] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def _load_llama(
+    path: Path, *, n_ctx: int, n_batch: int, n_threads: int, ram_cache_bytes: int
+) -> _Loaded:
+    """The shared ``Llama`` for this file and context settings, loaded at most once."""
+    key = (str(path.resolve()), n_ctx, n_batch, n_threads, ram_cache_bytes)
+    with _LOADED_LOCK:
+        loaded = _LOADED.get(key)
+        if loaded is None:
+            try:
+                from llama_cpp import Llama, LlamaRAMCache
+            except ImportError as exc:  # optional dependency: pip install 'sqlweave[local]'
+                raise ImportError(
+                    "local models need llama-cpp-python: pip install 'sqlweave[local]'"
+                ) from exc
+            started = time.perf_counter()
+            llama = Llama(
+                model_path=str(path),
+                n_ctx=n_ctx,
+                n_batch=n_batch,
+                n_threads=n_threads,
+                n_threads_batch=n_threads,
+                verbose=False,
+            )
+            if ram_cache_bytes > 0:
+                # Keeps the KV state of past prompts so alternating prefixes (several schemas in
+                # one evaluation) are restored instead of recomputed; the single-slot reuse in
+                # Llama.generate only knows the previous call.
+                llama.set_cache(LlamaRAMCache(capacity_bytes=ram_cache_bytes))
+            logger.info(
+                "loaded %s in %.1fs (n_ctx=%d, threads=%d)",
+                path.name,
+                time.perf_counter() - started,
+                n_ctx,
+                n_threads,
+            )
+            loaded = _Loaded(llama)
+            _LOADED[key] = loaded
+    return loaded
+
+
+def unload_all() -> None:
+    """Forget every loaded model (frees memory once no engine holds a reference)."""
+    with _LOADED_LOCK:
+        _LOADED.clear()
+
+
+def _perf(llama: Any) -> dict[str, float]:
+    """llama.cpp's own prompt/decode counters for the last call (reset before each call)."""
+    import llama_cpp
+
+    data = llama_cpp.llama_perf_context(llama._ctx.ctx)
+    return {
+        "prompt_eval_ms": float(data.t_p_eval_ms),
+        "prompt_eval_tokens": int(data.n_p_eval),
+        "eval_ms": float(data.t_eval_ms),
+        "eval_tokens": int(data.n_eval),
+    }
+
+
+def _reset_perf(llama: Any) -> None:
+    import llama_cpp
+
+    llama_cpp.llama_perf_context_reset(llama._ctx.ctx)
+
+
+def _part_text(parts: Any) -> str:
+    if isinstance(parts, str):
+        return parts
+    return "".join(getattr(part, "text", "") or "" for part in parts)
+
+
+def request_to_messages(request: Request) -> list[dict[str, str]]:
+    """OpenAI-style chat messages for llama-cpp, whose chat template (from the GGUF) renders them.
+
+    Developer messages become system messages (Qwen's template knows no developer role); tool
+    traffic is not supported by the local engine and is refused rather than dropped.
+    """
+    messages: list[dict[str, str]] = []
+    if request.system is not None:
+        messages.append({"role": "system", "content": _part_text(request.system)})
+    for message in request.messages:
+        if message.role not in ("user", "assistant", "developer"):
+            raise ValueError(f"the local engine does not support {message.role!r} messages")
+        text = message.text
+        if text is None:
+            raise ValueError("the local engine supports text-only messages")
+        role = "system" if message.role == "developer" else message.role
+        messages.append({"role": role, "content": text})
+    return messages
+
+
+def _sampling(request: Request) -> dict[str, Any]:
+    config = request.config
+    options: dict[str, Any] = {
+        "temperature": 0.0 if config.temperature is None else float(config.temperature),
+        "max_tokens": config.max_tokens,
+    }
+    if config.top_p is not None:
+        options["top_p"] = config.top_p
+    if config.top_k is not None:
+        options["top_k"] = config.top_k
+    if config.stop:
+        options["stop"] = list(config.stop)
+    if config.seed is not None:
+        options["seed"] = config.seed
+    if config.frequency_penalty is not None:
+        options["frequency_penalty"] = config.frequency_penalty
+    if config.presence_penalty is not None:
+        options["presence_penalty"] = config.presence_penalty
+    if config.response_format is not None:
+        schema = config.response_format.get("schema")
+        # llama-cpp turns a JSON schema into a grammar; json_object alone means "any JSON".
+        options["response_format"] = {
+            "type": "json_object",
+            **({"schema": schema} if schema else {}),
+        }
+    return options
+
+
+class LlamaCppEngine:
+    """DSPy 3.4 custom engine running a GGUF model in-process with llama-cpp-python.
+
+    Stateless apart from its settings: the model is resolved (and fetched) and loaded lazily on
+    the first call, so a saved program can be loaded on a machine without weights until it is
+    actually run. ``dump_state``/``load_state`` make an LM built on it savable with
+    ``allow_unsafe_lm_state``-gated loading, as DSPy does for every custom engine.
+    """
+
+    def __init__(
+        self,
+        spec: str,
+        *,
+        n_ctx: int = DEFAULT_N_CTX,
+        n_batch: int = 512,
+        n_threads: int | None = None,
+        ram_cache_bytes: int = 0,
+        cache_dir: str | None = None,
+        auto_fetch: bool = True,
+    ) -> None:
+        parsed = LMSpec.parse(spec)
+        if not parsed.is_local:
+            raise LMSpecError(f"{spec!r} is not a local model spec (local:NAME or gguf:PATH)")
+        self.spec = str(parsed)
+        self.n_ctx = n_ctx
+        self.n_batch = n_batch
+        self.n_threads = n_threads
+        self.ram_cache_bytes = ram_cache_bytes
+        self.cache_dir = cache_dir
+        self.auto_fetch = auto_fetch
+        self._path: Path | None = None
+
+    def __repr__(self) -> str:
+        return f"LlamaCppEngine({self.spec!r}, n_ctx={self.n_ctx}, n_threads={self.threads})"
+
+    @property
+    def threads(self) -> int:
+        """Threads for prompt processing and decoding; all cores unless told otherwise."""
+        return self.n_threads or os.cpu_count() or 1
+
+    def model_path(self) -> Path:
+        """The GGUF file behind the spec, fetching a registry model on first use."""
+        if self._path is None:
+            parsed = LMSpec.parse(self.spec)
+            if parsed.kind == "local":
+                self._path = models.ensure_model(
+                    parsed.target, self.cache_dir, auto_fetch=self.auto_fetch
+                )
+            else:
+                path = Path(parsed.target).expanduser()
+                if not path.is_file():
+                    raise models.ModelNotAvailableError(f"GGUF file not found: {path}")
+                self._path = path
+        return self._path
+
+    def _loaded(self) -> _Loaded:
+        return _load_llama(
+            self.model_path(),
+            n_ctx=self.n_ctx,
+            n_batch=self.n_batch,
+            n_threads=self.threads,
+            ram_cache_bytes=self.ram_cache_bytes,
+        )
+
+    def complete(self, request: Request) -> Response:
+        """Run one chat completion; DSPy loops for ``n`` and owns caching and retries."""
+        from dspy.clients.engines.base import validate_request
+
+        validate_request(request)
+        if request.tools:
+            raise ValueError("the local engine does not support tools")
+        messages = request_to_messages(request)
+        options = _sampling(request)
+        loaded = self._loaded()
+        with loaded.lock:
+            started = time.perf_counter()
+            _reset_perf(loaded.llama)
+            raw = loaded.llama.create_chat_completion(messages=messages, **options)
+            seconds = time.perf_counter() - started
+            perf = _perf(loaded.llama)
+        choice = raw["choices"][0]
+        usage = raw.get("usage") or {}
+        prompt_tokens = int(usage.get("prompt_tokens", 0))
+        # Tokens not evaluated this call came from the KV cache (previous prompt or RAM cache).
+        reused = max(0, prompt_tokens - perf["prompt_eval_tokens"])
+        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        return Response(
+            id=raw.get("id"),
+            model=self.spec,
+            message=Message.assistant([TextPart(choice["message"].get("content") or "")]),
+            finish_reason=finish,
+            usage=TokenUsage(
+                input_tokens=prompt_tokens,
+                output_tokens=int(usage.get("completion_tokens", 0)),
+                cache_read_tokens=reused,
+            ),
+            provider_data={"seconds": seconds, "reused_prompt_tokens": reused, **perf},
+        )
+
+    def stream(self, request: Request) -> Iterator[Any]:
+        """Streams the finished response as events; token streaming is not needed here."""
+        return response_to_events(self.complete(request))
+
+    def close(self) -> None:
+        """Engines are borrowed by DSPy; the shared model stays loaded (see :func:`unload_all`)."""
+
+    def dump_state(self) -> dict[str, Any]:
+        """Settings only: the spec, not the resolved path, so a load elsewhere re-resolves it."""
+        return {
+            "spec": self.spec,
+            "n_ctx": self.n_ctx,
+            "n_batch": self.n_batch,
+            "n_threads": self.n_threads,
+            "ram_cache_bytes": self.ram_cache_bytes,
+            "cache_dir": self.cache_dir,
+            "auto_fetch": self.auto_fetch,
+        }
+
+    @classmethod
+    def load_state(cls, state: dict[str, Any]) -> LlamaCppEngine:
+        """Inverse of :meth:`dump_state`."""
+        state = dict(state)
+        return cls(state.pop("spec"), **state)
+
+
+class AsyncLlamaCppEngine:
+    """Async counterpart for ``dspy.asyncify``/``acall``: runs the sync engine in a worker thread."""
+
+    def __init__(self, sync: LlamaCppEngine) -> None:
+        self.sync = sync
+
+    async def complete(self, request: Request) -> Response:
+        """Same as :meth:`LlamaCppEngine.complete`, off the event loop."""
+        return await asyncio.to_thread(self.sync.complete, request)
+
+    async def stream(self, request: Request) -> Any:
+        """The finished response as events."""
+        for event in response_to_events(await self.complete(request)):
+            yield event
+
+    async def aclose(self) -> None:
+        """Nothing to release; the model is shared."""
+
+    def dump_state(self) -> dict[str, Any]:
+        """The sync engine's settings."""
+        return self.sync.dump_state()
+
+    @classmethod
+    def load_state(cls, state: dict[str, Any]) -> AsyncLlamaCppEngine:
+        """Inverse of :meth:`dump_state`."""
+        return cls(LlamaCppEngine.load_state(state))
+
+
+# ---------------------------------------------------------------------------------------------
+# building and configuring LMs
+
+_ENGINE_OPTIONS = ("n_ctx", "n_batch", "n_threads", "ram_cache_bytes", "cache_dir", "auto_fetch")
+
+
+def build_lm(
+    spec: str = DEFAULT_MODEL,
+    *,
+    temperature: float | None = 0.0,
+    max_tokens: int | None = 1024,
+    cache: bool = True,
+    prefetch: bool = True,
+    **options: Any,
+) -> dspy.LM:
+    """A ``dspy.LM`` for ``spec`` without touching DSPy's global configuration.
+
+    Local specs accept the engine options ``n_ctx``, ``n_batch``, ``n_threads``,
+    ``ram_cache_bytes``, ``cache_dir`` and ``auto_fetch``; with ``prefetch`` the weights are
+    resolved (and fetched) now, so a missing model fails here with a clear message instead of
+    inside the first call. Other specs pass ``options`` (``api_base``, ``api_key``, ...) to
+    ``dspy.LM``. ``temperature=0`` keeps calls deterministic, which is what makes DSPy's
+    response cache (on by default) safe to reuse.
+    """
+    parsed = LMSpec.parse(spec)
+    if not parsed.is_local:
+        return dspy.LM(
+            str(parsed), temperature=temperature, max_tokens=max_tokens, cache=cache, **options
+        )
+    engine_options = {key: options.pop(key) for key in _ENGINE_OPTIONS if key in options}
+    if "cache_dir" in engine_options and engine_options["cache_dir"] is not None:
+        engine_options["cache_dir"] = str(engine_options["cache_dir"])
+    unknown = set(options) - {"num_retries", "callbacks", "top_p", "top_k", "seed", "stop"}
+    if unknown:
+        raise TypeError(f"unsupported options for a local model: {sorted(unknown)}")
+    options.setdefault("num_retries", 0)  # local failures are not transient
+    engine = LlamaCppEngine(str(parsed), **engine_options)
+    if prefetch:
+        engine.model_path()
+    return dspy.LM(
+        str(parsed),
+        temperature=temperature,
+        max_tokens=max_tokens,
+        cache=cache,
+        engine=engine,
+        async_engine=AsyncLlamaCppEngine(engine),
+        **options,
+    )
+
+
+def configure(model: str = DEFAULT_MODEL, *, set_default: bool = True, **options: Any) -> dspy.LM:
+    """Build the LM for ``model`` and, unless ``set_default=False``, make it DSPy's default LM."""
+    lm = build_lm(model, **options)
+    if set_default:
+        dspy.configure(lm=lm)
+    logger.info("configured LM %s", model)
+    return lm
+
+
+def spec_of(lm: Any) -> str:
+    """The spec string that rebuilds ``lm`` with :func:`build_lm` (its model string)."""
+    return str(LMSpec.parse(lm.model))
+
+
+def is_local(lm: Any) -> bool:
+    """Whether ``lm`` runs on the in-process llama.cpp engine."""
+    return isinstance(getattr(lm, "engine", None), LlamaCppEngine)
+
+
+# ---------------------------------------------------------------------------------------------
+# accounting
+
+
+@dataclass
+class CallRecord:
+    """One LM call: tokens, wall seconds (lock waits included) and cost when known.
+
+    ``cost`` is 0 for local models, DSPy's estimate for priced API models, and None when unknown
+    (e.g. a self-hosted server). ``cached`` marks a DSPy cache hit, which costs no tokens.
+    """
+
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    cost: float | None = None
+    cached: bool = False
+    cached_prompt_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass
+class _Pending:
+    model: str
+    instance: Any
+    started: float
+    local: bool
+    usage: dict[str, Any] | None = None
+
+
+class Usage(UsageTracker, BaseCallback):
+    """Accumulated LM usage inside :func:`track_usage`; thread-safe.
+
+    It is both DSPy's usage tracker (DSPy hands it each call's token usage, on the calling
+    thread, except on cache hits) and a DSPy callback (start/end of every ``LM.__call__``, which
+    gives the seconds). The two are joined by DSPy's active call id, so concurrent calls from
+    DSPy's worker threads, or from coroutines, never mix.
+    """
+
+    def __init__(self, parent: UsageTracker | None = None) -> None:
+        super().__init__()
+        self._parent = parent
+        self._lock = threading.Lock()
+        self._pending: dict[str, _Pending] = {}
+        self.records: list[CallRecord] = []
+
+    # DSPy usage-tracker side
+    def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
+        """Record ``usage_entry`` for the call in flight on this thread/context."""
+        call_id = ACTIVE_CALL_ID.get()
+        with self._lock:
+            super().add_usage(lm, usage_entry)
+            pending = self._pending.get(call_id) if call_id else None
+            if pending is not None:
+                pending.usage = usage_entry
+        if self._parent is not None:
+            self._parent.add_usage(lm, usage_entry)
+
+    # DSPy callback side
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        """Start the clock for ``call_id``."""
+        pending = _Pending(
+            model=getattr(instance, "model", "?"),
+            instance=instance,
+            started=time.perf_counter(),
+            local=is_local(instance),
+        )
+        with self._lock:
+            self._pending[call_id] = pending
+
+    def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
+        """Close ``call_id`` into a :class:`CallRecord`."""
+        with self._lock:
+            pending = self._pending.pop(call_id, None)
+        if pending is None:
+            return
+        seconds = time.perf_counter() - pending.started
+        usage = pending.usage or {}
+        details = usage.get("prompt_tokens_details") or {}
+        record = CallRecord(
+            model=pending.model,
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            seconds=seconds,
+            cost=0.0 if pending.local else _history_cost(pending.instance, pending.usage),
+            cached=pending.usage is None and exception is None,
+            cached_prompt_tokens=int(details.get("cached_tokens") or 0)
+            if isinstance(details, dict)
+            else 0,
+            error=None if exception is None else f"{type(exception).__name__}: {exception}",
+        )
+        with self._lock:
+            self.records.append(record)
+
+    # summaries
+    @property
+    def calls(self) -> int:
+        """Number of LM calls, cache hits included."""
+        return len(self.records)
+
+    @property
+    def cached_calls(self) -> int:
+        """Calls answered from DSPy's cache."""
+        return sum(record.cached for record in self.records)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens over all calls."""
+        return sum(record.prompt_tokens for record in self.records)
+
+    @property
+    def completion_tokens(self) -> int:
+        """Completion tokens over all calls."""
+        return sum(record.completion_tokens for record in self.records)
+
+    @property
+    def seconds(self) -> float:
+        """Wall seconds spent inside LM calls (summed, so parallel calls add up)."""
+        return sum(record.seconds for record in self.records)
+
+    @property
+    def cost(self) -> float:
+        """Known cost in USD; calls of unknown price count as 0 (see ``cost_known``)."""
+        return sum(record.cost or 0.0 for record in self.records)
+
+    @property
+    def cost_known(self) -> bool:
+        """Whether every non-cached call had a known price."""
+        return all(record.cost is not None for record in self.records if not record.cached)
+
+    def as_dict(self, *, records: bool = False) -> dict[str, Any]:
+        """Totals as plain data for JSONL logs; ``records=True`` adds every call."""
+        data: dict[str, Any] = {
+            "calls": self.calls,
+            "cached_calls": self.cached_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "seconds": round(self.seconds, 4),
+            "cost": self.cost,
+            "cost_known": self.cost_known,
+        }
+        if records:
+            data["records"] = [asdict(record) for record in self.records]
+        return data
+
+
+def _history_cost(instance: Any, usage: dict[str, Any] | None) -> float | None:
+    """DSPy's own cost estimate for this call, found by identity of its usage dict.
+
+    DSPy writes the same usage object it gave the tracker into the LM's history entry, next to
+    the cost; matching by identity is exact even when threads interleave history entries.
+    """
+    if usage is None:
+        return None
+    for entry in reversed(list(getattr(instance, "history", [])[-64:])):
+        if entry.get("usage") is usage:
+            cost = entry.get("cost")
+            return float(cost) if isinstance(cost, (int, float)) else None
+    return None
+
+
+@contextmanager
+def track_usage() -> Iterator[Usage]:
+    """Account every LM call made inside the block (this thread and DSPy workers it starts).
+
+    Nested blocks each see their own calls and pass usage up, as ``dspy.track_usage`` does.
+    Usage: ``with track_usage() as usage: program(question=...)`` then ``usage.as_dict()``.
+    """
+    parent = dspy.settings.usage_tracker
+    usage = Usage(parent=parent)
+    callbacks = [*(dspy.settings.get("callbacks") or []), usage]
+    with dspy.settings.context(usage_tracker=usage, callbacks=callbacks):
+        yield usage
