@@ -46,19 +46,25 @@ def bird_root(data_root: Path) -> Path:
     return root
 
 
-@pytest.fixture(scope="session")
-def spider_db(spider_root: Path) -> Iterator[Callable[[str], Database]]:
-    """Factory: ``spider_db("concert_singer")`` opens (once per session) a bundled Spider database."""
+def _db_factory(folder: Path, label: str) -> tuple[Callable[[str], Database], dict[str, Database]]:
+    """Open ``folder/<db>/<db>.sqlite`` once per session, skipping when it is not bundled."""
     opened: dict[str, Database] = {}
 
     def open_db(db_id: str) -> Database:
         if db_id not in opened:
-            path = spider_root / "database" / db_id / f"{db_id}.sqlite"
+            path = folder / db_id / f"{db_id}.sqlite"
             if not path.is_file():
-                pytest.skip(f"Spider database {db_id} not bundled")
+                pytest.skip(f"{label} database {db_id} not bundled")
             opened[db_id] = Database.open(path)
         return opened[db_id]
 
+    return open_db, opened
+
+
+@pytest.fixture(scope="session")
+def spider_db(spider_root: Path) -> Iterator[Callable[[str], Database]]:
+    """Factory: ``spider_db("concert_singer")`` opens (once per session) a bundled Spider database."""
+    open_db, opened = _db_factory(spider_root / "database", "Spider")
     yield open_db
     for db in opened.values():
         db.close()
@@ -67,16 +73,7 @@ def spider_db(spider_root: Path) -> Iterator[Callable[[str], Database]]:
 @pytest.fixture(scope="session")
 def bird_db(bird_root: Path) -> Iterator[Callable[[str], Database]]:
     """Factory: ``bird_db("superhero")`` opens (once per session) a bundled BIRD dev database."""
-    opened: dict[str, Database] = {}
-
-    def open_db(db_id: str) -> Database:
-        if db_id not in opened:
-            path = bird_root / "dev_databases" / db_id / f"{db_id}.sqlite"
-            if not path.is_file():
-                pytest.skip(f"BIRD database {db_id} not bundled")
-            opened[db_id] = Database.open(path)
-        return opened[db_id]
-
+    open_db, opened = _db_factory(bird_root / "dev_databases", "BIRD")
     yield open_db
     for db in opened.values():
         db.close()
