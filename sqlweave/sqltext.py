@@ -10,6 +10,9 @@ import re
 
 _FENCE = re.compile(r"```(?:sql|sqlite|postgresql|postgres)?\s*(.*?)```", re.S | re.I)
 _START = re.compile(r"\b(WITH|SELECT)\b", re.I)
+# DSPy's chat format marks fields with "[[ ## name ## ]]"; small models often write the closing
+# marker on the same line as the SQL, where the adapter keeps it as part of the value.
+_FIELD_MARKER = re.compile(r"\[\[\s*##.*", re.S)
 
 
 def extract_sql(text: str | None) -> str:
@@ -23,6 +26,7 @@ def extract_sql(text: str | None) -> str:
     fenced = _FENCE.search(text)
     if fenced:
         text = fenced.group(1)
+    text = _FIELD_MARKER.sub("", text)
     text = text.strip().strip("`").strip()
     match = _START.search(text)
     if match is None:

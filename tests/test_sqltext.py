@@ -15,6 +15,8 @@ from sqlweave.sqltext import extract_sql
         ("SQL: SELECT 1;", "SELECT 1"),
         ("Here you go:\nWITH a AS (SELECT 1) SELECT * FROM a", "WITH a AS (SELECT 1) SELECT * FROM a"),
         ("SELECT a\nFROM t\nThis query returns a.", "SELECT a\nFROM t"),
+        ("SELECT a FROM t WHERE b > 1 [[ ## completed ## ]]", "SELECT a FROM t WHERE b > 1"),
+        ("SELECT a FROM t[[ ## completed ## ]]", "SELECT a FROM t"),
         ("I cannot answer that.", ""),
         ("", ""),
         (None, ""),
