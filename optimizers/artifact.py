@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+
 from sqlweave.programs import SQLProgram, get
 
 logger = logging.getLogger(__name__)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import dspy
+
 from sqlweave.programs import SQLProgram
 
 logger = logging.getLogger(__name__)

@@ -9,11 +9,11 @@ import logging
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
+
+from sqlweave.db import Database
 from sqlweave.programs.base import SQLProgram
 from sqlweave.schema import introspect, render_ddl
 from sqlweave.signatures import GenerateSQL
-
-from sqlweave.db import Database
 from sqlweave.sqltext import extract_sql
 
 logger = logging.getLogger(__name__)

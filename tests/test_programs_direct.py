@@ -9,10 +9,10 @@ from pathlib import Path
 import dspy
 import pytest
 from dspy.utils import DummyLM
-from sqlweave.optimizers import ArtifactError, ArtifactMeta, load_program, save_program
 
 from sqlweave import programs
 from sqlweave.db import Database
+from sqlweave.optimizers import ArtifactError, ArtifactMeta, load_program, save_program
 
 DEMO_DB = Path(__file__).resolve().parents[1] / "sqlweave" / "demo" / "spider" / "database" / "concert_singer" / "concert_singer.sqlite"
 

@@ -43,16 +43,6 @@ DESCRIPTIONS = {
 }
 
 
-@pytest.fixture
-def shared_data() -> Path:
-    """The shared benchmark data: $SQLWEAVE_DATA, else ../shared/data beside the repository."""
-    env = os.environ.get("SQLWEAVE_DATA")
-    root = Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    if not root.is_dir():
-        pytest.skip(f"shared data not found at {root}")
-    return root
-
-
 def build_fixture_db(folder: Path, *, descriptions: bool = True) -> Path:
     """Create the fixture SQLite file (and BIRD description CSVs) under ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -274,8 +264,8 @@ def test_renderers_accept_a_subset_schema(schema: Schema) -> None:
 # --- real benchmark databases -------------------------------------------------------------------------
 
 
-def test_superhero_descriptions_render(shared_data: Path) -> None:
-    path = shared_data / "bird" / "dev_databases" / "superhero" / "superhero.sqlite"
+def test_superhero_descriptions_render(data_root: Path) -> None:
+    path = data_root / "bird" / "dev_databases" / "superhero" / "superhero.sqlite"
     if not path.is_file():
         pytest.skip("BIRD superhero database not available")
     with Database.open(path) as db:
@@ -296,8 +286,8 @@ def test_superhero_descriptions_render(shared_data: Path) -> None:
     assert len(schema.tables) == 10
 
 
-def test_spider_names_with_spaces_are_quoted(shared_data: Path) -> None:
-    path = shared_data / "spider" / "database" / "perpetrator" / "perpetrator.sqlite"
+def test_spider_names_with_spaces_are_quoted(data_root: Path) -> None:
+    path = data_root / "spider" / "database" / "perpetrator" / "perpetrator.sqlite"
     if not path.is_file():
         pytest.skip("Spider perpetrator database not available")
     with Database.open(path) as db:

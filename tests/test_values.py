@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
 from pathlib import Path
@@ -15,16 +14,6 @@ from sqlweave.db import Database
 from sqlweave.values import ValueIndex, clear_memory_cache, default_cache_dir
 
 FIXTURE_SQL = Path(__file__).resolve().parent / "fixtures" / "schema" / "fixture.sql"
-
-
-@pytest.fixture
-def shared_data() -> Path:
-    """The shared benchmark data: $SQLWEAVE_DATA, else ../shared/data beside the repository."""
-    env = os.environ.get("SQLWEAVE_DATA")
-    root = Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    if not root.is_dir():
-        pytest.skip(f"shared data not found at {root}")
-    return root
 
 
 @pytest.fixture
@@ -175,8 +164,8 @@ def test_no_persist_writes_nothing(fixture_db: Database, tmp_path: Path) -> None
     assert not (tmp_path / "never").exists()
 
 
-def test_superhero_values(shared_data: Path, tmp_path: Path) -> None:
-    path = shared_data / "bird" / "dev_databases" / "superhero" / "superhero.sqlite"
+def test_superhero_values(data_root: Path, tmp_path: Path) -> None:
+    path = data_root / "bird" / "dev_databases" / "superhero" / "superhero.sqlite"
     if not path.is_file():
         pytest.skip("BIRD superhero database not available")
     clear_memory_cache()
