@@ -1,5 +1,5 @@
 """DSPy Signatures: what each LM call of a sqlweave program takes and gives."""
 
-from sqlweave.signatures.generation import GenerateSQL
+from sqlweave.signatures.generation import GenerateSQL, GenerateSQLWithHints
 
-__all__ = ["GenerateSQL"]
+__all__ = ["GenerateSQL", "GenerateSQLWithHints"]

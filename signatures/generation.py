@@ -22,3 +22,14 @@ class GenerateSQL(dspy.Signature):
         desc="external knowledge that explains terms in the question; may be empty"
     )
     sql: str = dspy.OutputField(desc="a single SQL query, no explanation and no markdown")
+
+
+class GenerateSQLWithHints(GenerateSQL):
+    """Write one read-only SQL query that answers the question over the given database schema.
+
+    Hints from earlier steps (relevant columns, conditions, keywords) are advisory: follow them when
+    they fit the question, ignore them when they contradict the schema. Reply with the SQL only."""
+
+    hints: str = dspy.InputField(
+        desc="advice from earlier steps: likely columns, conditions, SQL keywords; may be empty"
+    )
