@@ -3,3 +3,17 @@
 from sqlweave.signatures.generation import GenerateSQL, GenerateSQLWithHints
 
 __all__ = ["GenerateSQL", "GenerateSQLWithHints"]
+from sqlweave.signatures.correction import CorrectSQL, ReflectOnError  # noqa: E402
+from sqlweave.signatures.extraction import ExtractElements  # noqa: E402
+from sqlweave.signatures.linking import LinkSchema  # noqa: E402
+from sqlweave.signatures.review import ReviewSQL  # noqa: E402
+from sqlweave.signatures.selection import SelectCandidate  # noqa: E402
+
+__all__ += [
+    "CorrectSQL",
+    "ExtractElements",
+    "LinkSchema",
+    "ReflectOnError",
+    "ReviewSQL",
+    "SelectCandidate",
+]
