@@ -1,0 +1,207 @@
+"""Execution-based voting: candidates that return the same answer form a class; the largest wins.
+
+PET-SQL's cross-consistency votes over PreSQL and the FinSQLs of several LMs; self-consistency
+(the PET-SQL baseline) votes over samples of one LM. Both are :func:`vote` over different candidate
+lists. "The same answer" uses the Spider EX comparison of :func:`sqlweave.metrics.results_match`:
+rows as a multiset, up to a permutation of columns, in order only when both queries sort.
+
+Rules, in order:
+
+1. the class with the largest summed weight wins (weights default to 1 per candidate);
+2. an empty result (no rows, or only NULLs) is a valid answer but loses a tie to a non-empty
+   one: agreeing on "nothing" is the commonest way for wrong queries to agree;
+3. a remaining tie goes to the class holding the earliest candidate, so callers list their most
+   trusted candidate first (PET-SQL's PreSQL, the greedy sample);
+4. failed candidates never vote; if all fail, the first candidate is returned.
+
+The winning SQL is the earliest member of the winning class.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dspy
+from dspy.utils.exceptions import AdapterParseError
+
+from sqlweave.db import Database, ExecutionError, QueryResult
+from sqlweave.metrics import has_top_level_order_by, results_match
+from sqlweave.programs.base import SQLProgram, resolve_database
+from sqlweave.programs.feedback import FEEDBACK_TIMEOUT_S, execute_quietly, is_empty
+from sqlweave.sqltext import extract_sql
+
+logger = logging.getLogger(__name__)
+
+#: Rows fetched per candidate for comparison; results cut here are compared on what was fetched.
+VOTE_MAX_ROWS = 10_000
+
+
+@dataclass
+class ExecutionGroup:
+    """Candidates (indices into the input list) whose results are execution-equivalent."""
+
+    members: list[int]
+    result: QueryResult
+    weight: float = 0.0
+    ordered: bool = False
+
+    @property
+    def first(self) -> int:
+        """The earliest member: the class's representative and its tie-break position."""
+        return self.members[0]
+
+    @property
+    def empty(self) -> bool:
+        return is_empty(self.result)
+
+
+@dataclass
+class VoteResult:
+    """Outcome of :func:`vote`. ``support`` is the winning class's summed weight (0 if all failed),
+    ``total`` the summed weight of all candidates; ``outcomes`` holds each candidate's result or
+    error in input order."""
+
+    sql: str
+    groups: list[ExecutionGroup]
+    winner_index: int
+    support: float
+    total: float = 0.0
+    outcomes: list[QueryResult | ExecutionError] = field(default_factory=list)
+
+    @property
+    def share(self) -> float:
+        """Winning weight as a fraction of all weight: a confidence signal for callers."""
+        return self.support / self.total if self.total else 0.0
+
+
+def equivalent(a: QueryResult, b: QueryResult, ordered: bool = False) -> bool:
+    """Whether two results denote the same answer (Spider EX semantics, symmetric).
+
+    Different row counts or column counts never match; results with no rows match each other.
+    """
+    if len(a.rows) != len(b.rows):
+        return False
+    if a.rows and b.rows and len(a.rows[0]) != len(b.rows[0]):
+        return False
+    return results_match(a, b, "spider", ordered=ordered)
+
+
+def execution_groups(
+    candidates: Sequence[str],
+    db: Database,
+    weights: Sequence[float] | None = None,
+    *,
+    timeout_s: float = FEEDBACK_TIMEOUT_S,
+    max_rows: int = VOTE_MAX_ROWS,
+) -> tuple[list[ExecutionGroup], list[QueryResult | ExecutionError]]:
+    """Execute every candidate and group those with equivalent results; failures are left out.
+
+    Returns ``(groups in order of their first member, per-candidate outcomes)``. Two candidates
+    are compared in row order only when both sort at the top level.
+    """
+    if weights is not None and len(weights) != len(candidates):
+        raise ValueError(f"{len(weights)} weights for {len(candidates)} candidates")
+    groups: list[ExecutionGroup] = []
+    outcomes: list[QueryResult | ExecutionError] = []
+    for i, sql in enumerate(candidates):
+        outcome = execute_quietly(db, sql, timeout_s=timeout_s, max_rows=max_rows)
+        outcomes.append(outcome)
+        if isinstance(outcome, ExecutionError):
+            logger.debug("vote: candidate %d failed: %s", i, outcome.feedback())
+            continue
+        weight = 1.0 if weights is None else float(weights[i])
+        ordered = has_top_level_order_by(sql, db.dialect)
+        for group in groups:
+            if equivalent(group.result, outcome, ordered=ordered and group.ordered):
+                group.members.append(i)
+                group.weight += weight
+                break
+        else:
+            groups.append(ExecutionGroup([i], outcome, weight, ordered))
+    return groups, outcomes
+
+
+def vote(
+    candidates: Sequence[str],
+    db: Database,
+    weights: Sequence[float] | None = None,
+    *,
+    timeout_s: float = FEEDBACK_TIMEOUT_S,
+) -> VoteResult:
+    """Majority vote over execution results (rules in the module docstring)."""
+    if not candidates:
+        raise ValueError("vote needs at least one candidate")
+    groups, outcomes = execution_groups(candidates, db, weights, timeout_s=timeout_s)
+    total = float(len(candidates)) if weights is None else float(sum(weights))
+    if not groups:
+        logger.debug("vote: every candidate failed; returning the first")
+        return VoteResult(candidates[0], [], 0, 0.0, total, outcomes)
+    # Round weights so float sums like 0.1 + 0.2 tie with 0.3 instead of deciding by noise.
+    best = max(groups, key=lambda g: (round(g.weight, 9), not g.empty, -g.first))
+    return VoteResult(candidates[best.first], groups, best.first, best.weight, total, outcomes)
+
+
+class SelfConsistency(dspy.Module):
+    """Sample ``n`` SQL candidates from one generator and return the execution-majority answer.
+
+    Samples past the first run on copies of the current LM with ``temperature`` and a distinct
+    ``rollout_id`` each (DSPy 3.4 keys its cache on ``rollout_id``, so equal prompts still give
+    fresh samples; a ``seed`` in the LM's settings is varied too). With ``greedy_first`` the first
+    candidate uses the LM unchanged (usually temperature 0), and wins ties as the most trusted.
+
+    ``predictor`` is a :class:`~sqlweave.programs.base.SQLProgram` (called with ``db=``) or any
+    module / predictor whose output has a ``sql_field``; it is called with the other inputs.
+    Predictors that pin their own LM are not varied.
+    """
+
+    def __init__(
+        self,
+        predictor: dspy.Module,
+        n: int = 5,
+        temperature: float = 0.7,
+        greedy_first: bool = True,
+        sql_field: str = "sql",
+    ) -> None:
+        super().__init__()
+        if n < 1:
+            raise ValueError("n must be >= 1")
+        self.predictor = predictor
+        self.n = n
+        self.temperature = temperature
+        self.greedy_first = greedy_first
+        self.sql_field = sql_field
+
+    def _sample_lm(self, i: int) -> Any:
+        lm = dspy.settings.lm
+        if lm is None or (i == 0 and self.greedy_first):
+            return lm
+        updates: dict[str, Any] = {"rollout_id": i, "temperature": self.temperature}
+        seed = (getattr(lm, "kwargs", None) or {}).get("seed")
+        if isinstance(seed, int):
+            updates["seed"] = seed + i
+        return lm.copy(**updates)
+
+    def _call(self, db: Database, inputs: dict[str, Any]) -> str:
+        try:
+            if isinstance(self.predictor, SQLProgram):
+                out = self.predictor(db=db, **inputs)
+            else:
+                out = self.predictor(**inputs)
+            raw = getattr(out, self.sql_field, "") or ""
+        except AdapterParseError as err:
+            raw = err.lm_response or ""
+        return extract_sql(raw)
+
+    def forward(self, db: Database | str | Path, **inputs: Any) -> dspy.Prediction:
+        """Returns ``Prediction(sql, candidates, vote)`` with the :class:`VoteResult`."""
+        database = resolve_database(db)
+        candidates = []
+        for i in range(self.n):
+            with dspy.context(lm=self._sample_lm(i)):
+                candidates.append(self._call(database, inputs))
+        result = vote(candidates, database)
+        return dspy.Prediction(sql=result.sql, candidates=candidates, vote=result)
