@@ -4,17 +4,40 @@ from sqlweave.optimizers.artifact import (
     ArtifactError,
     ArtifactMeta,
     load_program,
+    read_artifact,
     save_program,
     trainset_hash,
 )
-from sqlweave.optimizers.compile import OPTIMIZERS, compile_program, split_train_val
+from sqlweave.optimizers.budget import BudgetExhausted, CallBudget
+from sqlweave.optimizers.compile import (
+    OPTIMIZERS,
+    CompileOutcome,
+    CompileReport,
+    attach_knn,
+    compile_program,
+    complete_examples,
+    ex_feedback_metric,
+    gold_demos,
+    run_optimizer,
+    split_train_val,
+)
 
 __all__ = [
     "OPTIMIZERS",
     "ArtifactError",
     "ArtifactMeta",
+    "BudgetExhausted",
+    "CallBudget",
+    "CompileOutcome",
+    "CompileReport",
+    "attach_knn",
     "compile_program",
+    "complete_examples",
+    "ex_feedback_metric",
+    "gold_demos",
     "load_program",
+    "read_artifact",
+    "run_optimizer",
     "save_program",
     "split_train_val",
     "trainset_hash",

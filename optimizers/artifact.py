@@ -2,11 +2,16 @@
 
 An artefact holds the DSPy state (instructions and demos per predictor) together with everything
 needed to rebuild and audit it: the program's registry name and switches, the LM spec it was
-compiled with, sqlweave and dspy versions, a hash of the train set and the validation EX.
+compiled with, sqlweave and dspy versions, a hash of the train set, the validation EX, and the
+optimizer with its budget, LM calls and wall time. A KNN-compiled program also stores its demo
+pool. Loading checks every part and names the file and the problem when something is off: a
+missing file, bad or truncated JSON, a wrong layout, an unknown program, a newer format, or
+predictor names that do not match the program this sqlweave builds under that name.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -18,7 +23,7 @@ from typing import Any
 
 import dspy
 
-from sqlweave.programs import SQLProgram, get
+from sqlweave.programs import SQLProgram, available, get
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +45,11 @@ class ArtifactMeta:
     optimizer: str | None = None
     trainset_hash: str | None = None
     val_ex: float | None = None
+    budget: int | None = None
+    lm_calls: int | None = None
+    compile_seconds: float | None = None
+    n_train: int | None = None
+    n_val: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -55,13 +65,16 @@ def save_program(program: SQLProgram, path: str | Path, meta: ArtifactMeta) -> P
     """Write ``program`` to ``path`` atomically (a crash never leaves half a file)."""
     import sqlweave
 
-    payload = {
+    payload: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "versions": {"sqlweave": sqlweave.__version__, "dspy": dspy.__version__},
         "meta": asdict(meta),
         "state": program.dump_state(),
     }
+    knn = getattr(program, "knn_pool", None)
+    if knn:
+        payload["knn"] = knn
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
@@ -73,26 +86,98 @@ def save_program(program: SQLProgram, path: str | Path, meta: ArtifactMeta) -> P
     return path
 
 
-def load_program(path: str | Path) -> tuple[SQLProgram, ArtifactMeta]:
-    """Rebuild a program from an artefact written by :func:`save_program`."""
+def read_artifact(path: str | Path) -> dict[str, Any]:
+    """The checked payload of an artefact file; raises :class:`ArtifactError` naming the problem."""
     path = Path(path)
     if not path.is_file():
         raise ArtifactError(f"compiled program not found: {path}")
     try:
-        payload = json.loads(path.read_text())
+        payload = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ArtifactError(f"{path} is not a sqlweave program file (invalid JSON: {err})") from err
+        raise ArtifactError(
+            f"{path} is not a sqlweave program file (invalid JSON: {err}; truncated or not JSON)"
+        ) from err
+    except OSError as err:
+        raise ArtifactError(f"{path} cannot be read: {err}") from err
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ArtifactError(f"{path} is not a sqlweave program file (no '{FORMAT}' header)")
-    if payload.get("format_version") != FORMAT_VERSION:
+    version = payload.get("format_version")
+    if not isinstance(version, int):
+        raise ArtifactError(f"{path} is corrupted: format_version is missing or not a number")
+    if version > FORMAT_VERSION:
         raise ArtifactError(
-            f"{path} has format version {payload.get('format_version')}, this sqlweave reads "
-            f"{FORMAT_VERSION}; recompile it with this version"
+            f"{path} has format version {version}, newer than the {FORMAT_VERSION} this sqlweave "
+            "reads; upgrade sqlweave or recompile it with this version"
+        )
+    if version != FORMAT_VERSION:
+        raise ArtifactError(
+            f"{path} has format version {version}, this sqlweave reads {FORMAT_VERSION}; "
+            "recompile it with this version"
+        )
+    meta = payload.get("meta")
+    state = payload.get("state")
+    if not isinstance(meta, dict) or not isinstance(meta.get("program"), str):
+        raise ArtifactError(f"{path} is corrupted or incompatible: 'meta.program' is missing")
+    if not isinstance(state, dict):
+        raise ArtifactError(
+            f"{path} is corrupted or incompatible: 'state' is missing or not an object"
+        )
+    if "knn" in payload and not (
+        isinstance(payload["knn"], dict)
+        and isinstance(payload["knn"].get("k"), int)
+        and isinstance(payload["knn"].get("pool"), list)
+    ):
+        raise ArtifactError(f"{path} is corrupted or incompatible: 'knn' needs an int k and a pool")
+    return payload
+
+
+def _meta_from(path: Path, raw: dict[str, Any]) -> ArtifactMeta:
+    known = {f.name for f in dataclasses.fields(ArtifactMeta)}
+    kwargs = {k: v for k, v in raw.items() if k in known}
+    unknown = {k: v for k, v in raw.items() if k not in known}
+    try:
+        meta = ArtifactMeta(**kwargs)
+    except TypeError as err:
+        raise ArtifactError(f"{path} is corrupted or incompatible: bad meta ({err})") from err
+    if not isinstance(meta.switches, dict) or not isinstance(meta.extra, dict):
+        raise ArtifactError(f"{path} is corrupted or incompatible: switches/extra must be objects")
+    if unknown:
+        meta.extra = {**meta.extra, **unknown}
+    return meta
+
+
+def load_program(path: str | Path) -> tuple[SQLProgram, ArtifactMeta]:
+    """Rebuild a program from an artefact written by :func:`save_program`."""
+    path = Path(path)
+    payload = read_artifact(path)
+    meta = _meta_from(path, payload["meta"])
+    if meta.program not in available():
+        raise ArtifactError(
+            f"{path} is corrupted or incompatible: program {meta.program!r} is unknown to this "
+            f"sqlweave (known: {', '.join(available())})"
         )
     try:
-        meta = ArtifactMeta(**payload["meta"])
         program = get(meta.program, **meta.switches)
-        program.load_state(payload["state"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise ArtifactError(f"{path} is corrupted or incompatible: {err}") from err
+    except (TypeError, ValueError) as err:
+        raise ArtifactError(
+            f"{path} is corrupted or incompatible: cannot build {meta.program!r} with switches "
+            f"{meta.switches}: {err}"
+        ) from err
+    state = payload["state"]
+    expected = {name for name, _ in program.named_predictors()}
+    if set(state) != expected:
+        raise ArtifactError(
+            f"{path} is corrupted or incompatible: its predictors {sorted(state)} do not match "
+            f"the predictors of {meta.program!r} {sorted(expected)}"
+        )
+    try:
+        program.load_state(state)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ArtifactError(
+            f"{path} is corrupted or incompatible: bad predictor state ({err})"
+        ) from err
+    if "knn" in payload:
+        from sqlweave.optimizers.compile import attach_knn
+
+        program = attach_knn(program, payload["knn"]["pool"], payload["knn"]["k"])
     return program, meta

@@ -1,9 +1,54 @@
-"""sqlweave: published text-to-SQL pipelines as declarative, compilable DSPy programs."""
+"""sqlweave: published text-to-SQL pipelines as declarative, compilable DSPy programs.
+
+``import sqlweave`` stays light (no DSPy, torch or llama.cpp): the API below is imported from
+:mod:`sqlweave.api` on first use.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from sqlweave.db import Database, ExecutionError, QueryResult
+
+if TYPE_CHECKING:
+    from sqlweave.api import CompiledProgram, Result, ask, compile, configure, load
+    from sqlweave.optimizers.artifact import ArtifactError
 
 __version__ = "0.1.0"
 
-__all__ = ["Database", "ExecutionError", "QueryResult", "__version__"]
+_LAZY = {
+    "CompiledProgram": "sqlweave.api",
+    "Result": "sqlweave.api",
+    "ask": "sqlweave.api",
+    "compile": "sqlweave.api",
+    "configure": "sqlweave.api",
+    "load": "sqlweave.api",
+    "ArtifactError": "sqlweave.optimizers.artifact",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the API on first use, so ``import sqlweave`` does not pull in DSPy."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sqlweave' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "ArtifactError",
+    "CompiledProgram",
+    "Database",
+    "ExecutionError",
+    "QueryResult",
+    "Result",
+    "__version__",
+    "ask",
+    "compile",
+    "configure",
+    "load",
+]

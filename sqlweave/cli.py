@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -74,31 +73,50 @@ def _load_examples(dataset: str, split: str, root: Path | None) -> list[Any]:
     return []
 
 
+def parse_switches(items: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs from ``--set``, values read as bool, int, float or else string."""
+    parsed: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            _fail(f"--set needs key=value, got {item!r}")
+        parsed[key.strip()] = _parse_value(value.strip())
+    return parsed
+
+
+def _parse_value(value: str) -> Any:
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
 def _program_from(program: str, switches: list[str]) -> tuple[Any, str]:
-    """A registry name (with --set switches) or a compiled artefact path."""
+    """A registry name (with --set switches) or a compiled artefact path, as a CompiledProgram."""
     from sqlweave import programs
-    from sqlweave.optimizers import ArtifactError, load_program
+    from sqlweave.api import CompiledProgram
+    from sqlweave.optimizers import ArtifactError, ArtifactMeta, load_program
 
     path = Path(program)
     if path.suffix == ".json" or path.exists():
+        if switches:
+            _fail("--set applies to a registry program, not to a compiled .json")
         try:
             prog, meta = load_program(path)
         except ArtifactError as err:
             _fail(str(err))
-        return prog, meta.program
-    parsed: dict[str, Any] = {}
-    for item in switches:
-        key, _, value = item.partition("=")
-        parsed[key.strip()] = (
-            json.loads(value)
-            if value.strip() in ("true", "false") or value.strip().lstrip("-").isdigit()
-            else value
-        )
+        return CompiledProgram(prog, meta), meta.program
+    parsed = parse_switches(switches)
     try:
-        return programs.get(program, **parsed), program
+        prog = programs.get(program, **parsed)
     except (ValueError, TypeError) as err:
         _fail(str(err))
-    return None, program
+    meta = ArtifactMeta(program=program, switches=parsed)
+    return CompiledProgram(prog, meta), program
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
@@ -115,20 +133,31 @@ def _print_summary(summary: dict[str, Any]) -> None:
         )
 
 
+ProgramOpt = Annotated[
+    str,
+    typer.Option(
+        "--program", "-p", help="registry name (sqlweave.programs.available()) or compiled .json"
+    ),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="switch=value for the program (bool, int, float or string)"),
+]
+
+
 @app.command()
 def ask(
     question: Annotated[str, typer.Argument(help="the question to answer")],
     db: Annotated[str, typer.Option("--db", help="SQLite file or SQLAlchemy URL")],
-    program: Annotated[
-        str, typer.Option("--program", "-p", help="registry name or compiled .json")
-    ] = "direct",
+    program: ProgramOpt = "direct",
+    set_: SetOpt = None,
     evidence: Annotated[str, typer.Option(help="external knowledge (BIRD evidence)")] = "",
     model: ModelOpt = "local:qwen2.5-coder-1.5b",
     api_base: ApiBaseOpt = None,
     max_rows: Annotated[int, typer.Option(help="rows to print")] = 20,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Answer one question with SQL and show its result."""
+    """Answer one question: print the SQL, then its result table (run read-only)."""
     _setup_logging(verbose)
     from sqlweave.db import Database, ExecutionError
 
@@ -136,24 +165,21 @@ def ask(
         database = Database.open(db)
     except ExecutionError as err:
         _fail(err.message)
-    prog, _ = _program_from(program, [])
+    prog, _ = _program_from(program, set_ or [])
     _configure_lm(model, api_base)
-    pred = prog(question=question, db=database, evidence=evidence)
-    typer.echo(pred.sql or "(the model returned no SQL)")
-    if not pred.sql:
+    result = prog(question, db=database, evidence=evidence, max_rows=max(max_rows, 1000))
+    typer.echo(result.sql or "(the model returned no SQL)")
+    if not result.sql:
         raise typer.Exit(code=1)
-    result = database.try_execute(pred.sql)
-    if isinstance(result, ExecutionError):
-        typer.secho(result.feedback(), fg=typer.colors.YELLOW)
+    if result.error is not None:
+        typer.secho(result.error.feedback(), fg=typer.colors.YELLOW)
         raise typer.Exit(code=1)
-    typer.echo(result.preview(max_rows=max_rows, max_chars=10_000))
+    typer.echo(result.table(max_rows=max_rows))
 
 
 @app.command()
 def evaluate(
-    program: Annotated[
-        str, typer.Option("--program", "-p", help="registry name or compiled .json")
-    ] = "direct",
+    program: ProgramOpt = "direct",
     dataset: DatasetOpt = "spider",
     split: Annotated[str, typer.Option(help="dev or train")] = "dev",
     n: Annotated[int, typer.Option("--n", help="stratified slice size; 0 = all")] = 200,
@@ -161,13 +187,15 @@ def evaluate(
     out: Annotated[
         Path | None, typer.Option(help="JSONL of per-question records (resumable)")
     ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume/--no-resume", help="skip questions already in --out")
+    ] = True,
     data_root: DataRootOpt = None,
     model: ModelOpt = "local:qwen2.5-coder-1.5b",
     api_base: ApiBaseOpt = None,
-    set_: Annotated[
-        list[str] | None, typer.Option("--set", help="switch=value for the program")
-    ] = None,
+    set_: SetOpt = None,
     threads: Annotated[int, typer.Option(help="questions evaluated in parallel")] = 1,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Execution accuracy of a program on a benchmark slice; resumes an interrupted run."""
@@ -180,52 +208,96 @@ def evaluate(
     prog, name = _program_from(program, set_ or [])
     _configure_lm(model, api_base)
     out = out or Path("runs") / f"{name}-{Path(dataset).stem}-{split}-n{len(examples)}.jsonl"
-    summary = run_eval(prog, examples, out_path=out, num_threads=threads)
+    try:
+        summary = run_eval(
+            prog.program,
+            examples,
+            out_path=out,
+            num_threads=threads,
+            resume=resume,
+            progress=progress,
+        )
+    except ValueError as err:  # e.g. --out holds another dataset's records
+        _fail(str(err))
     _print_summary(summary)
     typer.echo(f"records: {out}")
 
 
 @app.command("compile")
 def compile_cmd(
-    program: Annotated[str, typer.Option("--program", "-p", help="registry name")] = "direct",
+    program: Annotated[
+        str, typer.Option("--program", "-p", help="registry name, e.g. direct")
+    ] = "direct",
+    set_: SetOpt = None,
     out: Annotated[Path, typer.Option(help="where to save the compiled program")] = Path(
         "compiled.json"
     ),
-    optimizer: Annotated[str, typer.Option(help="labeled | bootstrap")] = "bootstrap",
-    dataset: DatasetOpt = "spider",
-    data_root: DataRootOpt = None,
-    n_train: Annotated[int, typer.Option(help="train examples the optimizer may use")] = 24,
-    max_demos: Annotated[int, typer.Option(help="demonstrations per predictor")] = 2,
-    seed: Annotated[int, typer.Option(help="seed of the train/validation split")] = 0,
-    model: ModelOpt = "local:qwen2.5-coder-1.5b",
-    api_base: ApiBaseOpt = None,
-    set_: Annotated[
-        list[str] | None, typer.Option("--set", help="switch=value for the program")
+    optimizer: Annotated[
+        str, typer.Option(help="labeled | bootstrap | random_search | knn | mipro | gepa")
+    ] = "bootstrap",
+    budget: Annotated[
+        int | None, typer.Option(help="most LM calls the optimizer may make (default: no cap)")
     ] = None,
+    train: Annotated[
+        str, typer.Option("--train", help="spider, bird or a questions file (.json/.jsonl)")
+    ] = "spider",
+    val: Annotated[
+        str | None,
+        typer.Option(
+            "--val",
+            help="validation data (spider/bird: their dev split, or a file); "
+            "default: a seeded 20 percent of --train",
+        ),
+    ] = None,
+    n_train: Annotated[int, typer.Option(help="train examples to use; 0 = all")] = 24,
+    n_val: Annotated[int, typer.Option(help="validation examples with --val; 0 = all")] = 0,
+    max_demos: Annotated[int, typer.Option(help="demonstrations per predictor")] = 2,
+    candidates: Annotated[int, typer.Option(help="random_search: shuffled candidates")] = 2,
+    seed: Annotated[int, typer.Option(help="seed of the data slices and the optimizer")] = 0,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(help="resume file for finished work (default: OUT with .ckpt.json)"),
+    ] = None,
+    data_root: DataRootOpt = None,
+    model: ModelOpt = "local:qwen2.5-coder-1.5b",
+    proposer_model: Annotated[
+        str | None,
+        typer.Option("--proposer-model", help="LM that proposes instructions (mipro, gepa)"),
+    ] = None,
+    api_base: ApiBaseOpt = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Optimize a program's demos against EX on train data and save it."""
+    """Optimize a program against EX on train data, score it on validation data and save it."""
     _setup_logging(verbose)
     _compile(
-        program,
-        out,
-        optimizer,
-        dataset,
-        data_root,
-        n_train,
-        max_demos,
-        seed,
-        model,
-        api_base,
-        set_ or [],
+        program=program,
+        out=out,
+        optimizer=optimizer,
+        train=train,
+        val=val,
+        data_root=data_root,
+        n_train=n_train,
+        n_val=n_val,
+        max_demos=max_demos,
+        seed=seed,
+        model=model,
+        api_base=api_base,
+        switches=set_ or [],
+        budget=budget,
+        proposer_model=proposer_model,
+        checkpoint=checkpoint,
+        candidates=candidates,
+        progress=progress,
     )
 
 
 def _compile(
+    *,
     program: str,
     out: Path,
     optimizer: str,
-    dataset: str,
+    train: str,
     data_root: Path | None,
     n_train: int,
     max_demos: int,
@@ -233,63 +305,151 @@ def _compile(
     model: str,
     api_base: str | None,
     switches: list[str],
-) -> dict[str, Any]:
-    from sqlweave.data import eval_slice
-    from sqlweave.evaluate import evaluate as run_eval
-    from sqlweave.optimizers import (
-        ArtifactMeta,
-        compile_program,
-        save_program,
-        split_train_val,
-        trainset_hash,
-    )
+    val: str | None = None,
+    n_val: int = 0,
+    budget: int | None = None,
+    proposer_model: str | None = None,
+    checkpoint: Path | None = None,
+    candidates: int = 2,
+    progress: bool = True,
+) -> Any:
+    from sqlweave.api import compile as run_compile
+    from sqlweave.data import DataError, assert_disjoint, eval_slice
+    from sqlweave.optimizers import OPTIMIZERS, ArtifactError
 
-    train = _load_examples(dataset, "train", data_root)
-    train = eval_slice(train, n=n_train, seed=seed, stratify=None)
-    trainset, valset = split_train_val(train, seed=seed)
+    if optimizer not in OPTIMIZERS:
+        _fail(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if Path(program).suffix == ".json":
+        _fail("compile starts from a registry program name, not a compiled .json")
+    trainset = eval_slice(
+        _load_examples(train, "train", data_root), n=n_train or None, seed=seed, stratify=None
+    )
+    valset = None
+    if val is not None:
+        valset = eval_slice(_load_examples(val, "dev", data_root), n=n_val or None, seed=seed)
+        try:
+            assert_disjoint(trainset, valset)
+        except DataError as err:
+            _fail(str(err))
     prog, name = _program_from(program, switches)
     _configure_lm(model, api_base)
-    started = time.perf_counter()
-    compiled = compile_program(prog, trainset, optimizer=optimizer, max_demos=max_demos, seed=seed)
-    compile_s = time.perf_counter() - started
-    val = run_eval(compiled, valset, out_path=out.with_suffix(".val.jsonl"), progress=True)
-    meta = ArtifactMeta(
-        program=name,
-        switches=dict(prog.switches),
-        lm=model,
-        optimizer=optimizer,
-        trainset_hash=trainset_hash(trainset),
-        val_ex=val["ex"],
-        extra={
-            "compile_seconds": round(compile_s, 1),
-            "n_train": len(trainset),
-            "n_val": len(valset),
-        },
-    )
-    save_program(compiled, out, meta)
+    proposer = None
+    if proposer_model is not None:
+        from sqlweave.lm import build_lm
+
+        try:
+            proposer = build_lm(proposer_model)
+        except Exception as err:  # weights missing, bad spec: say so and stop
+            _fail(str(err))
+    try:
+        compiled = run_compile(
+            name,
+            trainset,
+            valset,
+            optimizer=optimizer,
+            budget=budget,
+            max_demos=max_demos,
+            seed=seed,
+            proposer_lm=proposer,
+            checkpoint=checkpoint or out.with_suffix(".ckpt.json"),
+            progress=progress,
+            candidates=candidates,
+            **prog.meta.switches,
+        )
+    except (ValueError, ArtifactError) as err:
+        _fail(str(err))
+    meta = compiled.meta
+    meta.lm = model
+    if proposer_model:
+        meta.extra["proposer_lm"] = proposer_model
+    compiled.save(out)
+    cap = f" of {budget}" if budget is not None else ""
+    stopped = " (budget reached: best so far kept)" if meta.extra.get("budget_exhausted") else ""
+    resumed = meta.extra.get("resumed_units") or 0
     typer.echo(
-        f"compiled {name} with {optimizer} on {len(trainset)} train examples in {compile_s:.0f} s; "
-        f"validation EX {val['ex'] * 100:.1f} (n={val['n']}); saved {out}"
+        f"compiled {name} with {optimizer} on {meta.n_train} train examples in "
+        f"{meta.compile_seconds:.0f} s: {meta.lm_calls}{cap} LM calls{stopped}"
+        + (f", {resumed} finished units resumed" if resumed else "")
     )
-    return val
+    val_text = "n/a" if meta.val_ex is None else f"{meta.val_ex * 100:.1f}"
+    typer.echo(f"validation EX {val_text} (n={meta.n_val}); saved {out}")
+    return compiled
+
+
+def _diff_lines(program: Any, meta: Any) -> list[str]:
+    """What compiling changed against the uncompiled program of the same name and switches."""
+    from sqlweave import programs
+
+    base = dict(programs.get(meta.program, **meta.switches).named_predictors())
+    lines = []
+    for pname, predictor in program.named_predictors():
+        original = base.get(pname)
+        if original is None:
+            lines.append(f"  [{pname}] not in the uncompiled program")
+            continue
+        before = original.signature.instructions
+        after = predictor.signature.instructions
+        if before != after:
+            lines.append(f"  [{pname}] instructions changed:")
+            lines += [f"    - {line}" for line in before.splitlines()]
+            lines += [f"    + {line}" for line in after.splitlines()]
+        else:
+            lines.append(f"  [{pname}] instructions unchanged")
+        added = len(predictor.demos) - len(original.demos)
+        lines.append(
+            f"  [{pname}] demos: {len(original.demos)} -> {len(predictor.demos)} ({added:+d})"
+        )
+    return lines
 
 
 @app.command()
-def inspect(path: Annotated[Path, typer.Argument(help="compiled program .json")]) -> None:
-    """Show a compiled program's provenance, instructions and demos per predictor."""
-    from sqlweave.optimizers import ArtifactError, load_program
+def inspect(
+    path: Annotated[Path, typer.Argument(help="compiled program .json")],
+    full: Annotated[bool, typer.Option(help="print demos in full (schemas included)")] = False,
+) -> None:
+    """A compiled program's provenance, instructions and demos per predictor, and the diff
+    against the uncompiled program (changed instructions, demos added)."""
+    from sqlweave.optimizers import ArtifactError, load_program, read_artifact
 
     try:
+        payload = read_artifact(path)
         program, meta = load_program(path)
     except ArtifactError as err:
         _fail(str(err))
-    typer.echo(json.dumps({k: v for k, v in meta.__dict__.items()}, indent=2, default=str))
+    typer.echo(
+        json.dumps({"versions": payload.get("versions"), **meta.__dict__}, indent=2, default=str)
+    )
+    if "knn" in payload:
+        typer.echo(
+            f"knn: {payload['knn']['k']} nearest of {len(payload['knn']['pool'])} train demos per call"
+        )
     for pname, predictor in program.named_predictors():
         typer.secho(f"\n[{pname}]", bold=True)
         typer.echo(f"instructions: {predictor.signature.instructions}")
         typer.echo(f"demos: {len(predictor.demos)}")
         for i, demo in enumerate(predictor.demos, 1):
-            typer.echo(f"  {i}. {demo.get('question', '')!s} -> {demo.get('sql', '')!s}")
+            if full:
+                typer.echo(f"  {i}. " + json.dumps(dict(demo.items()), indent=2, default=str))
+            else:
+                typer.echo(f"  {i}. {demo.get('question', '')!s} -> {demo.get('sql', '')!s}")
+    typer.secho("\ndiff against the uncompiled program", bold=True)
+    for line in _diff_lines(program, meta):
+        typer.echo(line)
+
+
+@app.command(
+    "gnn",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def gnn(ctx: typer.Context) -> None:
+    """Graph retriever commands (train, embed, ...); see `sqlweave gnn --help`."""
+    try:
+        from sqlweave.gnn.cli import app as gnn_app
+    except Exception as err:  # any import failure must not break the rest of the CLI
+        _fail(f"the gnn commands are not available: {type(err).__name__}: {err}")
+    command = typer.main.get_command(gnn_app)
+    command.main(args=list(ctx.args), prog_name="sqlweave gnn", standalone_mode=True)
 
 
 @app.command()
@@ -314,7 +474,17 @@ def demo(
     artefact = workdir / "direct.json"
     typer.secho("1/3 compile", bold=True)
     _compile(
-        "direct", artefact, "bootstrap", "spider", data_root, n_train, 2, 0, model, api_base, []
+        program="direct",
+        out=artefact,
+        optimizer="bootstrap",
+        train="spider",
+        data_root=data_root,
+        n_train=n_train,
+        max_demos=2,
+        seed=0,
+        model=model,
+        api_base=api_base,
+        switches=[],
     )
     typer.secho("2/3 evaluate the saved program", bold=True)
     program, _ = load_program(artefact)
@@ -329,6 +499,7 @@ def demo(
             first.question,
             db=first.db_path,
             program=str(artefact),
+            set_=None,
             evidence="",
             model=model,
             api_base=api_base,

@@ -1,0 +1,71 @@
+"""A hard cap on the LM calls an optimizer may make, and a record of the calls it did make.
+
+Optimizers such as BootstrapFewShot, random search or MIPROv2 decide for themselves how many
+programs to run; on a 2-core CPU, or against a paid API, a compile must be able to stop at a
+known cost. :class:`CallBudget` is a DSPy callback that counts every ``LM.__call__`` (cache hits
+included, so a resumed compile stops at exactly the same point as an uninterrupted one) and, when
+the cap is reached, refuses the next call by raising :class:`BudgetExhausted` *before* the call is
+sent. That exception derives from ``BaseException`` on purpose: DSPy's optimizers catch
+``Exception`` around every example and would otherwise swallow it and carry on. The compile loop
+in :mod:`sqlweave.optimizers.compile` catches it and keeps the best result found so far.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import dspy
+from dspy.utils.callback import BaseCallback
+
+logger = logging.getLogger(__name__)
+
+
+class BudgetExhausted(BaseException):  # noqa: N818 - a control-flow signal, like StopIteration
+    """Raised in place of the LM call that would exceed the budget."""
+
+    def __init__(self, max_calls: int) -> None:
+        super().__init__(f"LM call budget of {max_calls} calls exhausted")
+        self.max_calls = max_calls
+
+
+class CallBudget(BaseCallback):
+    """Counts LM calls; with ``max_calls`` set, refuses the call that would exceed it.
+
+    ``max_calls=None`` only counts. Thread-safe, though the compile loop runs optimizers with
+    one thread so that the refusal reaches it directly instead of dying in a worker.
+    """
+
+    def __init__(self, max_calls: int | None = None) -> None:
+        super().__init__()
+        if max_calls is not None and max_calls < 0:
+            raise ValueError("a budget must be a non-negative number of LM calls")
+        self.max_calls = max_calls
+        self.calls = 0
+        self.exhausted = False
+        self._lock = threading.Lock()
+
+    @property
+    def remaining(self) -> int | None:
+        """Calls still allowed, or None without a cap."""
+        return None if self.max_calls is None else max(0, self.max_calls - self.calls)
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        """Count the call, or refuse it when the budget is spent."""
+        with self._lock:
+            if self.max_calls is not None and self.calls >= self.max_calls:
+                self.exhausted = True
+                logger.info("LM budget of %d calls reached; stopping the optimizer", self.max_calls)
+                raise BudgetExhausted(self.max_calls)
+            self.calls += 1
+
+
+@contextmanager
+def enforce(budget: CallBudget) -> Iterator[CallBudget]:
+    """Apply ``budget`` to every LM call made inside the block (DSPy's callback mechanism)."""
+    callbacks = [*(dspy.settings.get("callbacks") or []), budget]
+    with dspy.settings.context(callbacks=callbacks):
+        yield budget

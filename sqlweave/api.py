@@ -1,0 +1,295 @@
+"""The Python API: compile a program, save it, load it, ask it questions.
+
+```python
+import sqlweave
+from sqlweave.data import load_spider
+
+sqlweave.configure("local:qwen2.5-coder-0.5b")
+p = sqlweave.compile("direct", load_spider("train")[:20], optimizer="bootstrap", budget=40)
+p.save("direct.json")
+
+p = sqlweave.load("direct.json")
+r = p("How many singers are there?", db="concert_singer.sqlite")
+r.sql, r.columns, r.rows, r.error      # the SQL, its result (run read-only), or why it failed
+r.steps                                 # the program's other outputs (schema shown, raw text, ...)
+```
+
+Design: :func:`compile` and :func:`load` return a :class:`CompiledProgram`, a ``dspy.Module``
+that wraps the :class:`~sqlweave.programs.SQLProgram` (``p.program``) with its provenance
+(``p.meta``). Calling it runs the program and then executes the SQL read-only, returning a
+:class:`Result`, which is a ``dspy.Prediction`` (``.sql`` as every program output has, plus the
+rows). So ``p`` drops into a user's own DSPy program as any module would, and DSPy optimizers and
+:func:`sqlweave.evaluate.evaluate` accept it; use ``p.program`` for the bare program whose
+output is the program's own prediction without execution.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from sqlweave.db import Database, ExecutionError
+from sqlweave.optimizers.artifact import ArtifactMeta, load_program, save_program, trainset_hash
+from sqlweave.programs import SQLProgram, get, resolve_database
+
+logger = logging.getLogger(__name__)
+
+
+class Result(dspy.Prediction):
+    """A program's answer: ``sql``, and its execution: ``columns``, ``rows``, ``truncated``, or
+    ``error`` (an :class:`~sqlweave.db.ExecutionError`, None when the SQL ran). ``steps`` holds
+    the program's other outputs, ``prediction`` the program's own ``dspy.Prediction``."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether there is SQL and it ran."""
+        return bool(self.get("sql")) and self.get("error") is None
+
+    def table(self, max_rows: int = 20) -> str:
+        """The result as text: a header line and rows, or the error."""
+        if self.get("error") is not None:
+            return self.error.feedback()
+        from sqlweave.db import QueryResult
+
+        return QueryResult(tuple(self.columns), tuple(self.rows), bool(self.truncated)).preview(
+            max_rows=max_rows, max_chars=100_000
+        )
+
+
+def _run_sql(sql: str, database: Database, max_rows: int, timeout_s: float) -> dict[str, Any]:
+    if not sql:
+        return {
+            "columns": (),
+            "rows": (),
+            "truncated": False,
+            "error": ExecutionError("syntax", "the program returned no SQL"),
+        }
+    outcome = database.try_execute(sql, timeout_s=timeout_s, max_rows=max_rows)
+    if isinstance(outcome, ExecutionError):
+        return {"columns": (), "rows": (), "truncated": False, "error": outcome}
+    return {
+        "columns": outcome.columns,
+        "rows": outcome.rows,
+        "truncated": outcome.truncated,
+        "error": None,
+    }
+
+
+class CompiledProgram(dspy.Module):
+    """A program plus its provenance; calling it answers with SQL *and* the SQL's result."""
+
+    def __init__(self, program: SQLProgram, meta: ArtifactMeta | None = None) -> None:
+        super().__init__()
+        self.program = program
+        self.meta = meta or ArtifactMeta(
+            program=getattr(program, "name", type(program).__name__),
+            switches=dict(getattr(program, "switches", {})),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"CompiledProgram({self.meta.program!r}, optimizer={self.meta.optimizer!r}, "
+            f"val_ex={self.meta.val_ex})"
+        )
+
+    def forward(
+        self,
+        question: str,
+        db: Database | str | Path | None = None,
+        *,
+        db_path: str | None = None,
+        evidence: str = "",
+        max_rows: int = 1000,
+        timeout_s: float = 30.0,
+        **kwargs: Any,
+    ) -> Result:
+        """Answer ``question`` over ``db`` (a path, URL or open Database) and run the SQL.
+
+        A database that cannot be opened raises :class:`~sqlweave.db.ExecutionError` before any
+        LM call; SQL that fails to run is reported in ``Result.error``, never raised.
+        """
+        database = resolve_database(db, db_path)
+        pred = self.program(question=question, db=database, evidence=evidence or "", **kwargs)
+        sql = (pred.get("sql") if isinstance(pred, dspy.Prediction) else None) or ""
+        steps = {k: v for k, v in pred.items() if k != "sql"} if pred is not None else {}
+        return Result(
+            sql=sql,
+            **_run_sql(sql, database, max_rows, timeout_s),
+            steps=steps,
+            prediction=pred,
+        )
+
+    def ask(self, question: str, db: Database | str | Path, **kwargs: Any) -> Result:
+        """Same as calling the program; reads well in scripts."""
+        return self(question, db=db, **kwargs)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the self-describing artefact (state + provenance) to ``path``."""
+        return save_program(self.program, path, self.meta)
+
+
+def load(path: str | Path) -> CompiledProgram:
+    """Rebuild a compiled program from its artefact; :class:`ArtifactError` says what is wrong."""
+    program, meta = load_program(path)
+    return CompiledProgram(program, meta)
+
+
+def _as_program(
+    program: SQLProgram | CompiledProgram | str, switches: dict[str, Any]
+) -> SQLProgram:
+    if isinstance(program, CompiledProgram):
+        return program.program
+    if isinstance(program, SQLProgram):
+        return program
+    if isinstance(program, str | Path) and (
+        Path(program).suffix == ".json" or Path(program).is_file()
+    ):
+        return load_program(program)[0]
+    return get(str(program), **switches)
+
+
+def _registry_names() -> list[str]:
+    from sqlweave.programs import available
+
+    return available()
+
+
+def _lm_spec() -> str | None:
+    from sqlweave.lm import LMSpecError, spec_of
+
+    lm = dspy.settings.lm
+    if lm is None:
+        return None
+    try:
+        return spec_of(lm)
+    except (LMSpecError, AttributeError):
+        return getattr(lm, "model", None)
+
+
+def compile(  # noqa: A001 - the verb users look for; shadows the builtin only in this module
+    program: SQLProgram | CompiledProgram | str,
+    trainset: Sequence[dspy.Example],
+    valset: Sequence[dspy.Example] | None = None,
+    *,
+    optimizer: str = "bootstrap",
+    metric: Callable[..., Any] | None = None,
+    budget: int | None = None,
+    max_demos: int = 4,
+    seed: int = 0,
+    proposer_lm: Any = None,
+    checkpoint: str | Path | None = None,
+    progress: bool = True,
+    candidates: int = 2,
+    **switches: Any,
+) -> CompiledProgram:
+    """Optimize ``program`` (an instance or a registry name, built with ``switches``) on
+    ``trainset`` with the current DSPy LM, score it on ``valset`` and return it with provenance.
+
+    ``valset=None`` takes a fixed, seeded 20 % of ``trainset``. ``budget`` caps the optimizer's
+    LM calls (see :mod:`sqlweave.optimizers.compile`); the validation run is not counted in it
+    but its calls are recorded too. ``checkpoint`` names a file that lets an interrupted compile
+    resume without repeating finished LM work.
+    """
+    from sqlweave.evaluate import evaluate
+    from sqlweave.lm import track_usage
+    from sqlweave.optimizers.compile import run_optimizer, split_train_val
+
+    student = _as_program(program, switches)
+    if isinstance(program, CompiledProgram):
+        name = program.meta.program
+    elif isinstance(program, str) and program in _registry_names():
+        name = program
+    else:
+        name = getattr(student, "name", type(student).__name__)
+    trainset = list(trainset)
+    if valset is None:
+        trainset, valset = split_train_val(trainset, seed=seed)
+    valset = list(valset)
+    outcome = run_optimizer(
+        student,
+        trainset,
+        valset,
+        optimizer=optimizer,
+        metric=metric,
+        budget=budget,
+        max_demos=max_demos,
+        seed=seed,
+        proposer_lm=proposer_lm,
+        checkpoint=checkpoint,
+        progress=progress,
+        candidates=candidates,
+    )
+    report = outcome.report
+    val_ex = None
+    val_calls = 0
+    if valset:
+        with track_usage() as usage:
+            summary = evaluate(outcome.program, valset, out_path=None, progress=progress)
+        val_ex, val_calls = summary["ex"], usage.calls
+    meta = ArtifactMeta(
+        program=name,
+        switches=dict(getattr(student, "switches", {})),
+        lm=_lm_spec(),
+        optimizer=optimizer,
+        trainset_hash=trainset_hash(trainset),
+        val_ex=val_ex,
+        budget=budget,
+        lm_calls=report.lm_calls,
+        compile_seconds=report.seconds,
+        n_train=len(trainset),
+        n_val=len(valset),
+        extra={
+            "max_demos": max_demos,
+            "seed": seed,
+            "budget_exhausted": report.budget_exhausted,
+            "cached_calls": report.cached_calls,
+            "resumed_units": report.resumed_units,
+            "val_lm_calls": val_calls,
+            "proposer_lm": proposer_lm if isinstance(proposer_lm, str) else None,
+            **({"details": report.details} if report.details else {}),
+        },
+    )
+    logger.info(
+        "compiled %s with %s: %d LM calls, %.1fs, validation EX %s",
+        meta.program,
+        optimizer,
+        report.lm_calls,
+        report.seconds,
+        val_ex,
+    )
+    return CompiledProgram(outcome.program, meta)
+
+
+def ask(
+    question: str,
+    db: Database | str | Path,
+    program: SQLProgram | CompiledProgram | str = "direct",
+    *,
+    model: str | None = None,
+    evidence: str = "",
+    **switches: Any,
+) -> Result:
+    """One question, one answer: ``program`` is a registry name, an artefact path or a program;
+    ``model`` an LM spec (default: the LM already configured in DSPy)."""
+    wrapped = (
+        program
+        if isinstance(program, CompiledProgram)
+        else CompiledProgram(_as_program(program, switches))
+    )
+    if model is None:
+        return wrapped(question, db=db, evidence=evidence)
+    from sqlweave.lm import build_lm
+
+    with dspy.context(lm=build_lm(model)):
+        return wrapped(question, db=db, evidence=evidence)
+
+
+def configure(model: str = "local:qwen2.5-coder-1.5b", **options: Any) -> Any:
+    """Make ``model`` DSPy's default LM (see :func:`sqlweave.lm.configure`)."""
+    from sqlweave.lm import configure as _configure
+
+    return _configure(model, **options)
