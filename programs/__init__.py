@@ -8,6 +8,13 @@ from sqlweave.programs.base import SQLProgram, resolve_database
 
 _REGISTRY: dict[str, str] = {
     "direct": "sqlweave.programs.direct:DirectSQL",
+    "sea": "sqlweave.programs.sea:SEASQL",
+    "pet": "sqlweave.programs.pet:PETSQL",
+    "mage": "sqlweave.programs.mage:MageSQL",
+    "dubo": "sqlweave.programs.dubo:DuboV2",
+    "dubo_v1": "sqlweave.programs.dubo:DuboV1",
+    "dubo_v2": "sqlweave.programs.dubo:DuboV2",
+    "rsl": "sqlweave.programs.rsl:RSLSQL",
 }
 
 

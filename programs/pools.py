@@ -1,0 +1,45 @@
+"""Default demonstration pools: train examples only, loaded once per process.
+
+Retrieval-based programs (PET, MageSQL, Dubo v2, RSL) need a pool of solved train questions. Dev
+or test examples must never enter it, so the only way to get a default pool is from a ``train``
+split. BIRD ships no train set with sqlweave, so BIRD questions borrow the Spider train pool unless
+the caller passes its own (``pool=`` on each program).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+
+import dspy
+
+logger = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=8)
+def _load(source: str, root: str | None) -> tuple[dspy.Example, ...]:
+    from sqlweave.data import load_bird, load_spider
+
+    loader = load_bird if source == "bird" else load_spider
+    examples = loader(split="train", root=root)
+    logger.info("demo pool: %d %s train examples", len(examples), source)
+    return tuple(examples)
+
+
+def default_pool(source: str = "spider", root: str | Path | None = None) -> list[dspy.Example]:
+    """The train examples of ``source`` (``spider`` or ``bird``) from the resolved data root.
+
+    Falls back to the Spider train pool when no BIRD train set is available.
+    """
+    if source not in ("spider", "bird"):
+        raise ValueError(f"unknown pool source {source!r}; choose spider or bird")
+    from sqlweave.data import DataError
+
+    try:
+        return list(_load(source, str(root) if root else None))
+    except DataError as err:
+        if source == "bird":
+            logger.warning("no BIRD train pool (%s); using the Spider train pool", err)
+            return list(_load("spider", None))
+        raise
