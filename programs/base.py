@@ -64,3 +64,24 @@ class SQLProgram(dspy.Module):
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         raise NotImplementedError
+
+
+def predict_sql(predictor: dspy.Predict, *, field: str = "sql", **inputs: Any) -> tuple[str, str]:
+    """Call a SQL-writing predictor and return ``(sql, raw_text)``; never raises on model garbage.
+
+    A small model that ignores the output format often still wrote a usable query, so on an
+    :class:`AdapterParseError` the raw completion is kept and cleaned with
+    :func:`sqlweave.sqltext.extract_sql`. Pass per-call demos as ``demos=[...]`` (DSPy's
+    ``Predict`` uses them instead of its own ``.demos`` for that call).
+    """
+    from dspy.utils.exceptions import AdapterParseError
+
+    from sqlweave.sqltext import extract_sql
+
+    try:
+        out = predictor(**inputs)
+        raw = str(getattr(out, field, "") or "")
+    except AdapterParseError as err:
+        raw = err.lm_response or ""
+        logger.debug("unparsed LM output kept as raw text: %s", raw[:200])
+    return extract_sql(raw), raw
