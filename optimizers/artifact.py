@@ -146,6 +146,19 @@ def _meta_from(path: Path, raw: dict[str, Any]) -> ArtifactMeta:
     return meta
 
 
+def _state_problem(part: Any) -> str | None:
+    """What is wrong with one predictor's saved state, or None (DSPy itself checks little)."""
+    if not isinstance(part, dict):
+        return "not an object"
+    signature = part.get("signature")
+    if not isinstance(signature, dict) or not isinstance(signature.get("instructions"), str):
+        return "signature.instructions missing"
+    demos = part.get("demos")
+    if not isinstance(demos, list) or not all(isinstance(d, dict) for d in demos):
+        return "demos must be a list of objects"
+    return None
+
+
 def load_program(path: str | Path) -> tuple[SQLProgram, ArtifactMeta]:
     """Rebuild a program from an artefact written by :func:`save_program`."""
     path = Path(path)
@@ -170,6 +183,12 @@ def load_program(path: str | Path) -> tuple[SQLProgram, ArtifactMeta]:
             f"{path} is corrupted or incompatible: its predictors {sorted(state)} do not match "
             f"the predictors of {meta.program!r} {sorted(expected)}"
         )
+    for name, part in state.items():
+        problem = _state_problem(part)
+        if problem:
+            raise ArtifactError(
+                f"{path} is corrupted or incompatible: bad predictor state for {name!r} ({problem})"
+            )
     try:
         program.load_state(state)
     except (KeyError, TypeError, ValueError, AttributeError) as err:

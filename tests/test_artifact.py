@@ -1,0 +1,130 @@
+"""Artefacts: what a saved program records, round trips, and clear errors for bad files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+
+import sqlweave
+from sqlweave.data import load_spider
+from sqlweave.optimizers import ArtifactError, load_program
+from sqlweave.optimizers.artifact import FORMAT_VERSION
+
+
+@pytest.fixture(scope="module")
+def train(spider_root: Path) -> list[dspy.Example]:
+    return load_spider("train", root=spider_root)[:6]
+
+
+@pytest.fixture()
+def saved(train: list[dspy.Example], tmp_path: Path) -> Path:
+    answers = {ex.question: {"sql": ex.gold_sql} for ex in train}
+    with dspy.context(lm=DummyLM(answers)):
+        compiled = sqlweave.compile(
+            "direct",
+            train[:4],
+            train[4:],
+            optimizer="bootstrap",
+            max_demos=2,
+            budget=10,
+            progress=False,
+        )
+    return compiled.save(tmp_path / "direct.json")
+
+
+def test_artifact_records_provenance(saved: Path, train: list[dspy.Example]) -> None:
+    payload = json.loads(saved.read_text())
+    assert payload["format"] == "sqlweave-program" and payload["format_version"] == FORMAT_VERSION
+    assert payload["versions"] == {"sqlweave": sqlweave.__version__, "dspy": dspy.__version__}
+    meta = payload["meta"]
+    assert meta["program"] == "direct" and meta["switches"] == {}
+    assert meta["optimizer"] == "bootstrap" and meta["budget"] == 10
+    assert meta["lm"] == "dummy"
+    assert meta["val_ex"] == 1.0 and meta["n_train"] == 4 and meta["n_val"] == 2
+    assert 0 < meta["lm_calls"] <= 10
+    assert meta["compile_seconds"] >= 0
+    assert len(meta["trainset_hash"]) == 16
+    generate = payload["state"]["generate"]
+    assert generate["signature"]["instructions"].startswith("Write one read-only SQL query")
+    assert len(generate["demos"]) == 2
+    assert {"db_schema", "dialect", "question", "sql"} <= set(generate["demos"][0])
+
+
+def test_round_trip_keeps_instructions_and_demos(saved: Path) -> None:
+    program, meta = load_program(saved)
+    state = json.loads(saved.read_text())["state"]
+    assert program.dump_state()["generate"]["demos"] == state["generate"]["demos"]
+    assert meta.val_ex == 1.0
+
+
+def test_knn_artifact_round_trip(train: list[dspy.Example], tmp_path: Path) -> None:
+    with dspy.context(lm=DummyLM([])):
+        compiled = sqlweave.compile(
+            "direct", train, train[:1], optimizer="knn", max_demos=1, progress=False
+        )
+    path = compiled.save(tmp_path / "knn.json")
+    loaded = sqlweave.load(path)
+    target = train[2]
+    lm = DummyLM([{"sql": "SELECT 1"}])
+    with dspy.context(lm=lm):
+        loaded.program(question=target.question, db_path=target.db_path)
+    assert json.dumps(target.gold_sql)[1:-1] in json.dumps(lm.history[-1]["messages"])
+
+
+def _rewrite(path: Path, edit: callable) -> Path:
+    payload = json.loads(path.read_text())
+    edit(payload)
+    path.write_text(json.dumps(payload))
+    return path
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactError, match="compiled program not found: .*nope.json"):
+        load_program(tmp_path / "nope.json")
+
+
+def test_truncated_file(saved: Path) -> None:
+    text = saved.read_text()
+    saved.write_text(text[: len(text) // 2])
+    with pytest.raises(
+        ArtifactError, match=r"direct.json is not a sqlweave program file \(invalid JSON"
+    ):
+        load_program(saved)
+
+
+def test_not_json(saved: Path) -> None:
+    saved.write_bytes(b"\x89PNG\r\n")
+    with pytest.raises(ArtifactError, match="invalid JSON"):
+        load_program(saved)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda p: p.update(format="other"), "no 'sqlweave-program' header"),
+        (
+            lambda p: p.update(format_version=FORMAT_VERSION + 1),
+            "newer than the 1 this sqlweave reads",
+        ),
+        (lambda p: p.pop("format_version"), "format_version is missing"),
+        (lambda p: p.update(state=[1, 2]), "'state' is missing or not an object"),
+        (lambda p: p.pop("meta"), "'meta.program' is missing"),
+        (lambda p: p["meta"].update(program="nope"), "program 'nope' is unknown to this sqlweave"),
+        (
+            lambda p: p["state"].update(extra_step=p["state"]["generate"]),
+            r"predictors \['extra_step', 'generate'\] do not match",
+        ),
+        (lambda p: p["meta"].update(switches={"bogus": 1}), "cannot build 'direct' with switches"),
+        (lambda p: p["state"]["generate"].update(demos=5), "bad predictor state"),
+        (lambda p: p.update(knn={"k": "two"}), "'knn' needs an int k"),
+    ],
+)
+def test_bad_artifacts_name_the_file_and_the_problem(saved: Path, edit, message: str) -> None:
+    _rewrite(saved, edit)
+    with pytest.raises(ArtifactError, match=message) as info:
+        load_program(saved)
+    assert str(saved) in str(info.value)
