@@ -59,8 +59,12 @@ class SQLProgram(dspy.Module):
         db_id: str | None = None,
         **_: Any,
     ) -> dspy.Prediction:
+        from sqlweave.adapter import use_default_adapter
+
         database = resolve_database(db, db_path)
-        return self.answer(question=question, db=database, evidence=evidence or "")
+        # Small local models need plain prompts; a user-configured adapter still wins.
+        with use_default_adapter():
+            return self.answer(question=question, db=database, evidence=evidence or "")
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         raise NotImplementedError

@@ -5,24 +5,19 @@ Every experiment reports this line first; a pipeline that cannot beat it has not
 
 from __future__ import annotations
 
-import logging
-
 import dspy
-from dspy.utils.exceptions import AdapterParseError
 
 from sqlweave.db import Database
-from sqlweave.programs.base import SQLProgram
+from sqlweave.programs.base import SQLProgram, predict_sql
 from sqlweave.schema import introspect, render_ddl
 from sqlweave.signatures import GenerateSQL
-from sqlweave.sqltext import extract_sql
-
-logger = logging.getLogger(__name__)
 
 
 class DirectSQL(SQLProgram):
     """Full DDL schema + question (+ evidence) → SQL in one call."""
 
     name = "direct"
+    ABLATIONS = {"full": {}}
 
     def __init__(self) -> None:
         super().__init__()
@@ -30,13 +25,11 @@ class DirectSQL(SQLProgram):
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         schema_text = render_ddl(introspect(db))
-        try:
-            out = self.generate(
-                dialect=db.dialect, db_schema=schema_text, question=question, evidence=evidence
-            )
-            raw = out.sql
-        except AdapterParseError as err:
-            # A small model that ignores the output format still often wrote a query: keep it.
-            raw = err.lm_response or ""
-            logger.debug("unparsed LM output kept as raw text: %s", raw[:200])
-        return dspy.Prediction(sql=extract_sql(raw), raw=raw, schema=schema_text)
+        sql, raw = predict_sql(
+            self.generate,
+            dialect=db.dialect,
+            db_schema=schema_text,
+            question=question,
+            evidence=evidence,
+        )
+        return dspy.Prediction(sql=sql, raw=raw, schema=schema_text)

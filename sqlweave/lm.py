@@ -224,6 +224,49 @@ def _sampling(request: Request) -> dict[str, Any]:
     return options
 
 
+def _continue_assistant(
+    llama: Any, messages: list[dict[str, str]], options: dict[str, Any]
+) -> dict[str, Any]:
+    """Complete a conversation whose last turn is a partial assistant message (a prefill).
+
+    Chat APIs end every message with an end-of-turn token, so a prefilled answer (say
+    ``SELECT``) cannot be sent as a message. Instead the earlier turns are rendered with the
+    GGUF's own chat template plus the generation prompt, the prefill is appended as plain text,
+    and the model continues it. The returned message holds prefill + continuation, so callers
+    see one whole answer. Small models follow a prefilled ``SELECT`` far more reliably than an
+    instruction to "reply with SQL only".
+    """
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    template = llama.metadata.get("tokenizer.chat_template")
+    if not template:
+        raise ValueError("this GGUF file has no chat template; prefilled answers need one")
+    model = llama._model
+    formatter = Jinja2ChatFormatter(
+        template=template,
+        eos_token=model.token_get_text(llama.token_eos()),
+        bos_token=model.token_get_text(llama.token_bos()),
+    )
+    prefill = messages[-1]["content"]
+    rendered = formatter(messages=messages[:-1])
+    stop = list(options.pop("stop", None) or [])
+    template_stop = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop]
+    stop.extend(token for token in template_stop if token and token not in stop)
+    options.pop("response_format", None)
+    raw = llama.create_completion(rendered.prompt + prefill, stop=stop, **options)
+    choice = raw["choices"][0]
+    return {
+        "id": raw.get("id"),
+        "choices": [
+            {
+                "message": {"role": "assistant", "content": prefill + choice.get("text", "")},
+                "finish_reason": choice.get("finish_reason"),
+            }
+        ],
+        "usage": raw.get("usage") or {},
+    }
+
+
 class LlamaCppEngine:
     """DSPy 3.4 custom engine running a GGUF model in-process with llama-cpp-python.
 
@@ -301,7 +344,10 @@ class LlamaCppEngine:
         with loaded.lock:
             started = time.perf_counter()
             _reset_perf(loaded.llama)
-            raw = loaded.llama.create_chat_completion(messages=messages, **options)
+            if messages and messages[-1]["role"] == "assistant":
+                raw = _continue_assistant(loaded.llama, messages, options)
+            else:
+                raw = loaded.llama.create_chat_completion(messages=messages, **options)
             seconds = time.perf_counter() - started
             perf = _perf(loaded.llama)
         choice = raw["choices"][0]

@@ -12,7 +12,30 @@ _FENCE = re.compile(r"```(?:sql|sqlite|postgresql|postgres)?\s*(.*?)```", re.S |
 _START = re.compile(r"\b(WITH|SELECT)\b", re.I)
 # DSPy's chat format marks fields with "[[ ## name ## ]]"; small models often write the closing
 # marker on the same line as the SQL, where the adapter keeps it as part of the value.
+_MARKER = re.compile(r"\[\[\s*##\s*(\w+)\s*##\s*\]\]")
 _FIELD_MARKER = re.compile(r"\[\[\s*##.*", re.S)
+
+
+def field_body(text: str, prefer: str | None = None) -> str:
+    """The text of one DSPy-style field when ``text`` holds ``[[ ## name ## ]]`` markers.
+
+    Prefers the field named ``prefer`` (or any ``*sql`` field), then the text before the first
+    marker, then the first non-empty field; text without markers is returned unchanged.
+    """
+    parts = _MARKER.split(text)
+    if len(parts) == 1:
+        return text
+    head, fields = parts[0], list(zip(parts[1::2], parts[2::2], strict=False))
+    for name, body in fields:
+        if name == prefer or (prefer is None and name.endswith("sql")):
+            if body.strip():
+                return body
+    if head.strip():
+        return head
+    for name, body in fields:
+        if name != "completed" and body.strip():
+            return body
+    return ""
 
 
 def extract_sql(text: str | None) -> str:
@@ -23,6 +46,7 @@ def extract_sql(text: str | None) -> str:
     """
     if not text:
         return ""
+    text = field_body(text)
     fenced = _FENCE.search(text)
     if fenced:
         text = fenced.group(1)
