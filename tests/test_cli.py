@@ -27,7 +27,268 @@ def test_inspect_corrupted_artifact_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_unknown_program_is_a_clear_error(tmp_path: Path) -> None:
-    db = Path(__file__).resolve().parents[1] / "sqlweave" / "demo" / "spider" / "database" / "pets_1" / "pets_1.sqlite"
+    db = (
+        Path(__file__).resolve().parents[1]
+        / "sqlweave"
+        / "demo"
+        / "spider"
+        / "database"
+        / "pets_1"
+        / "pets_1.sqlite"
+    )
     result = runner.invoke(app, ["ask", "How many pets?", "--db", str(db), "--program", "nope"])
     assert result.exit_code == 2
     assert "unknown program 'nope'" in result.output
+
+
+# --- commands with a DummyLM in place of the real model ------------------------------------
+
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import types  # noqa: E402
+
+import dspy  # noqa: E402
+import pytest  # noqa: E402
+import typer  # noqa: E402
+from dspy.utils import DummyLM  # noqa: E402
+
+from sqlweave.cli import parse_switches  # noqa: E402
+
+CONCERT = (
+    Path(__file__).resolve().parents[1]
+    / "sqlweave"
+    / "demo"
+    / "spider"
+    / "database"
+    / "concert_singer"
+    / "concert_singer.sqlite"
+)
+
+
+@pytest.fixture()
+def dummy_model(monkeypatch: pytest.MonkeyPatch):
+    """Make the CLI's --model resolve to a DummyLM that answers ``answers`` (set by the test)."""
+    holder: dict[str, DummyLM] = {}
+
+    def fake_configure(model: str, **options: object) -> DummyLM:
+        lm = holder["lm"]
+        dspy.configure(lm=lm)
+        return lm
+
+    monkeypatch.setattr("sqlweave.lm.configure", fake_configure)
+    yield holder
+    dspy.configure(lm=None)
+
+
+def test_set_values_are_typed() -> None:
+    assert parse_switches(["a=true", "b=False", "c=3", "d=-2", "e=0.5", "f=ddl", "g=1e3"]) == {
+        "a": True,
+        "b": False,
+        "c": 3,
+        "d": -2,
+        "e": 0.5,
+        "f": "ddl",
+        "g": 1000.0,
+    }
+
+
+def test_unknown_switch_is_a_clear_error(dummy_model: dict) -> None:
+    dummy_model["lm"] = DummyLM([])
+    result = runner.invoke(app, ["ask", "How many?", "--db", str(CONCERT), "--set", "bogus=1"])
+    assert result.exit_code == 2 and "bogus" in result.output and "Traceback" not in result.output
+
+
+def test_compile_inspect_ask_evaluate(dummy_model: dict, spider_root: Path, tmp_path: Path) -> None:
+    dummy_model["lm"] = DummyLM({"": {"sql": "SELECT count(*) FROM singer"}})
+    out = tmp_path / "direct.json"
+    result = runner.invoke(
+        app,
+        [
+            "compile",
+            "--program",
+            "direct",
+            "--optimizer",
+            "labeled",
+            "--train",
+            "spider",
+            "--data-root",
+            str(spider_root),
+            "--n-train",
+            "6",
+            "--max-demos",
+            "2",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "compiled direct with labeled on 5 train examples" in result.output
+    assert "validation EX" in result.output and out.is_file()
+
+    result = runner.invoke(app, ["inspect", str(out)])
+    assert result.exit_code == 0, result.output
+    assert '"optimizer": "labeled"' in result.output and '"dspy": "' in result.output
+    assert "[generate] instructions unchanged" in result.output
+    assert "[generate] demos: 0 -> 2 (+2)" in result.output
+
+    result = runner.invoke(
+        app, ["ask", "How many singers are there?", "--db", str(CONCERT), "--program", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[:3] == ["SELECT count(*) FROM singer", "count(*)", "6"]
+
+    records = tmp_path / "eval.jsonl"
+    result = runner.invoke(
+        app,
+        [
+            "evaluate",
+            "--program",
+            str(out),
+            "--dataset",
+            "spider",
+            "--data-root",
+            str(spider_root),
+            "--n",
+            "3",
+            "--out",
+            str(records),
+            "--no-progress",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "on 3 questions" in result.output and len(records.read_text().splitlines()) == 3
+
+
+def test_compile_stops_at_the_budget(dummy_model: dict, spider_root: Path, tmp_path: Path) -> None:
+    dummy_model["lm"] = DummyLM({"": {"sql": "SELECT 1"}})
+    result = runner.invoke(
+        app,
+        [
+            "compile",
+            "--optimizer",
+            "bootstrap",
+            "--budget",
+            "2",
+            "--data-root",
+            str(spider_root),
+            "--n-train",
+            "8",
+            "--out",
+            str(tmp_path / "b.json"),
+            "--no-progress",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "2 of 2 LM calls (budget reached: best so far kept)" in result.output
+
+
+def test_compile_rejects_unknown_optimizer(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["compile", "--optimizer", "nope", "--out", str(tmp_path / "x.json")]
+    )
+    assert result.exit_code == 2 and "unknown optimizer 'nope'" in result.output
+
+
+def test_gnn_unavailable_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "sqlweave.gnn.cli", None)  # import fails
+    result = runner.invoke(app, ["gnn", "train"])
+    assert result.exit_code == 2
+    assert "the gnn commands are not available" in result.output
+    assert "Traceback" not in result.output
+    assert runner.invoke(app, ["--help"]).exit_code == 0  # the rest of the CLI still works
+
+
+def test_gnn_delegates_to_the_sub_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = types.ModuleType("sqlweave.gnn.cli")
+    fake.app = typer.Typer()
+
+    @fake.app.command()
+    def hello(name: str = "x") -> None:
+        typer.echo(f"hello {name}")
+
+    @fake.app.command()
+    def other() -> None:
+        typer.echo("other")
+
+    monkeypatch.setitem(sys.modules, "sqlweave.gnn.cli", fake)
+    result = runner.invoke(app, ["gnn", "hello", "--name", "graph"])
+    assert result.exit_code == 0 and "hello graph" in result.output
+
+
+SLOW_CLI = """
+import sys, time
+import dspy
+from dspy.utils import DummyLM
+import sqlweave.lm
+
+class SlowLM(DummyLM):
+    def _format_answer_fields(self, fields):
+        time.sleep(0.5)
+        return super()._format_answer_fields(fields)
+
+LM = SlowLM({"": {"sql": "SELECT count(*) FROM singer"}})
+
+def configure(model, **options):
+    dspy.configure(lm=LM)
+    return LM
+
+sqlweave.lm.configure = configure
+from sqlweave.cli import app
+try:
+    app(sys.argv[1:])
+finally:
+    print(f"LM_CALLS={len(LM.history)}", file=sys.stderr)
+"""
+
+
+def test_evaluate_killed_mid_run_resumes_without_gaps_or_repeats(
+    spider_root: Path, tmp_path: Path
+) -> None:
+    records = tmp_path / "run.jsonl"
+    n = 10
+    cmd = [
+        sys.executable,
+        "-c",
+        SLOW_CLI,
+        "evaluate",
+        "--dataset",
+        "spider",
+        "--data-root",
+        str(spider_root),
+        "--n",
+        str(n),
+        "--out",
+        str(records),
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if records.exists() and len(records.read_bytes().splitlines()) >= 3:
+                break
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    before = [
+        json.loads(line)["question_id"] for line in records.read_text().splitlines() if line.strip()
+    ]
+    assert 3 <= len(before) < n
+
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ids = [json.loads(line)["question_id"] for line in records.read_text().splitlines()]
+    assert len(ids) == n and len(set(ids)) == n  # every question exactly once
+    assert ids[: len(before)] == before  # finished records were kept, not redone
+    calls = int(done.stderr.rsplit("LM_CALLS=", 1)[1].split()[0])
+    assert calls == n - len(before)  # only the unfinished questions (in flight included) ran
