@@ -407,8 +407,7 @@ def inspect(
     path: Annotated[Path, typer.Argument(help="compiled program .json")],
     full: Annotated[bool, typer.Option(help="print demos in full (schemas included)")] = False,
 ) -> None:
-    """A compiled program's provenance, instructions and demos per predictor, and the diff
-    against the uncompiled program (changed instructions, demos added)."""
+    """Provenance, instructions and demos per predictor, and the diff against the uncompiled program."""
     from sqlweave.optimizers import ArtifactError, load_program, read_artifact
 
     try:
