@@ -354,8 +354,11 @@ def _schema_names_of(example: Any) -> frozenset[tuple[str, ...]]:
     from sqlweave.data import DataError, database_path, open_database
     from sqlweave.schema import introspect
 
+    target = _get(example, "db_path") or _get(example, "db_id")
     try:
-        path = str(Path(database_path(example)).resolve())
+        if not target:
+            raise DataError(None, "the example has neither db_path nor db_id")
+        path = str(Path(database_path(str(target))).resolve())
     except DataError as err:
         logger.warning("no database for %s, masking values only: %s", _get(example, "db_id"), err)
         return frozenset()

@@ -124,6 +124,13 @@ def _parse(sql: str, dialect: str) -> exp.Expression | None:
     return next((s for s in statements if s is not None), None)
 
 
+@functools.lru_cache(maxsize=8)
+def _tokenizer_keywords(dialect: str) -> frozenset[str]:
+    """Single-word keywords of the dialect's tokenizer (to tell keywords from names by regex)."""
+    tokenizer = Dialect.get_or_raise(dialect).tokenizer_class
+    return frozenset(k for k in tokenizer.KEYWORDS if k.isalpha())
+
+
 def _fallback_tokens(sql: str, dialect: str) -> list[tuple[str, str]]:
     """``(kind, text)`` pairs for unparseable SQL: kind is ``kw``, ``name``, ``value`` or ``op``."""
     try:
@@ -138,19 +145,18 @@ def _fallback_tokens(sql: str, dialect: str) -> list[tuple[str, str]]:
                 out.append(("name", tok.text))
             elif tt in (TokenType.STRING, TokenType.NUMBER, TokenType.NATIONAL_STRING):
                 out.append(("value", tok.text))
-            elif tok.text.isalpha():
-                out.append(("kw", tok.text.lower()))
             else:
-                out.append(("op", tok.text.lower()))
+                text = " ".join(tok.text.lower().split())  # "GROUP  BY" is one token
+                out.append(("kw" if text.replace(" ", "").isalpha() else "op", text))
         return out
+    keywords = _tokenizer_keywords(dialect)
     for piece in _FALLBACK_SQL_TOKEN_RE.findall(sql):
         if piece[0] in "'\"" or piece[0].isdigit():
             out.append(("value", piece))
         elif piece[0] in "`[":
             out.append(("name", piece))
         elif piece[0].isalpha() or piece[0] == "_":
-            # Without a tokenizer, every word could be a name or a keyword; keep it lowercase.
-            out.append(("kw", piece.lower()))
+            out.append(("kw" if piece.upper() in keywords else "name", piece.lower()))
         else:
             out.append(("op", piece))
     return out
@@ -286,9 +292,7 @@ _KEYWORD_NODES: dict[type[exp.Expression], str] = {
     exp.Div: "/",
 }
 
-_FALLBACK_KEYWORDS = frozenset(
-    {v for v in _KEYWORD_NODES.values() if " " not in v} | {"desc", "null"}
-)
+_FALLBACK_KEYWORDS = frozenset({*_KEYWORD_NODES.values(), "desc", "null"})
 
 
 def _keyword_of(node: exp.Expression) -> str | None:
