@@ -1,0 +1,489 @@
+"""MageSQL: demonstrations chosen by the structure of a draft query, then rule and prompt repair.
+
+The pipeline (MageSQL §III), one question at a time:
+
+1. **draft** (1 call, zero-shot): DDL schema + question (+ evidence) → a first SQL. It is only the
+   probe for structure-based demo selection and is never the answer; strategies that select by
+   the question alone (``random``, ``question``, ``jaccard``) or no demos (``none``) skip it.
+2. **demo selection** (no LM): the ``num_demos`` best train pairs by ``strategy``:
+
+   ============  ============================================================================
+   ``none``      zero-shot: no demos, no draft (Table IV "Zero-shot Learning")
+   ``random``    a per-question deterministic random sample (Table IV "Random")
+   ``hardness``  random among pool items whose Spider hardness equals the *draft's* predicted
+                 hardness (Table IV "Hardness"; the paper reads Spider's gold tag, we never do)
+   ``jaccard``   question token Jaccard (Table IV "Question Similarity", the paper's metric)
+   ``question``  sentence-embedding cosine of questions (a stronger question baseline)
+   ``skeleton``  token similarity of SQL skeletons, draft vs gold (DAIL-SQL style, extra)
+   ``pqgram``    pq-gram distance of node-type ASTs, draft vs gold (Table IV "Struct-Tree")
+   ``graph``     GNN embedding of SQL graphs (Table IV "Struct-Graph", the full system)
+   ============  ============================================================================
+
+3. **generate** (1 call): demos + DDL schema + question + BIRD evidence → SQL. Demos are
+   question/SQL pairs without their schemas (DAIL-SQL's organisation, which MageSQL follows;
+   ``demo_schema=True`` adds each demo's own DDL), most similar demo closest to the question.
+   No database content is shown anywhere: the schema is DDL only.
+4. **error correction** (0 or 1 call, no execution): the rule table of
+   :mod:`sqlweave.programs.rules` first (``rule_correction``); if no rule fired and the generated
+   SQL looks hard (:func:`~sqlweave.programs.rules.is_hard_case`, read from the generated SQL,
+   never from gold), one zero-shot **correct** call with guideline hints chosen by heuristics
+   (:func:`choose_guidelines`; ``prompt_correction``).
+
+Defaults: ``num_demos=4``. The paper tunes k per method up to 10 (more did not help with GPT-4);
+four keeps a 1.5B local model's prompt short (each demo costs context and seconds), and the
+ablation runner may raise it. Calls per question: 1 (zero-shot, easy) to 3 (structure strategy,
+hard case, no rule fired).
+
+``ABLATIONS`` mirrors Table IV (demo selection, all with error correction on, as the paper's
+Struct-Graph row equals its full system) and the error-correction ablation (w/o → with). The
+paper runs GPT-4; here every row uses the one configured LM, so the numbers compare strategies,
+not models.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import dspy
+import numpy as np
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from sqlweave.db import Database
+from sqlweave.metrics import spider_hardness
+from sqlweave.programs.base import SQLProgram, predict_sql, resolve_database
+from sqlweave.programs.retrieval import (
+    DemoRetriever,
+    RandomRetriever,
+    as_demos,
+    make_retriever,
+)
+from sqlweave.programs.rules import apply_rules, is_hard_case
+from sqlweave.schema import introspect, render_ddl
+from sqlweave.signatures import CorrectSQL, GenerateSQL
+from sqlweave.values import ValueIndex
+
+logger = logging.getLogger(__name__)
+
+#: Strategies whose ranking reads the draft SQL: only these pay for the draft call.
+DRAFT_STRATEGIES = frozenset({"hardness", "skeleton", "pqgram", "graph"})
+STRATEGIES = ("none", "random", "hardness", "jaccard", "question", "skeleton", "pqgram", "graph")
+#: The pool is Spider train (SQLite gold SQL): structure retrievers parse in this dialect, and a
+#: draft written for another engine is transpiled to it first.
+POOL_DIALECT = "sqlite"
+
+
+# --- guideline hints for the prompt-based correction ------------------------------------------------
+
+GUIDELINES: dict[str, str] = {
+    "join": (
+        "Check that every JOIN is needed: when all selected and filtered columns come from one "
+        "table, drop the other tables; join only through matching key columns."
+    ),
+    "order": (
+        "For 'most', 'highest', 'largest', 'top' or 'latest' sort with ORDER BY ... DESC; for "
+        "'least', 'lowest', 'fewest' or 'earliest' sort ascending; LIMIT to the number asked."
+    ),
+    "distinct": "Use DISTINCT when the question asks for different or unique values.",
+    "set_operator": (
+        "Consider a set operator: INTERSECT for items that satisfy both conditions, EXCEPT for "
+        "those that satisfy one but not the other, UNION for either."
+    ),
+    "columns": "Return exactly the columns the question asks for, in the order it asks.",
+}
+
+_ORDER_WORDS = re.compile(
+    r"\b(most|highest|largest|biggest|greatest|maximum|top|latest|newest|oldest|youngest|"
+    r"least|lowest|smallest|fewest|minimum|earliest|descending|ascending|sorted|order(ed)?)\b",
+    re.I,
+)
+_DISTINCT_WORDS = re.compile(r"\b(different|distinct|unique)\b", re.I)
+_SET_WORDS = re.compile(
+    r"\b(both|but not|except|neither|never|without|either|and also|as well as|do not|does not|"
+    r"did not|don't|doesn't|didn't|not have|no\b)",
+    re.I,
+)
+
+
+def _parse(sql: str, dialect: str) -> exp.Expression | None:
+    try:
+        return sqlglot.parse_one(sql, read=dialect) if sql.strip() else None
+    except (ParseError, TokenError):
+        return None
+
+
+def _has_unneeded_join(tree: exp.Expression) -> bool:
+    """Whether some SELECT joins a table whose columns are used only in join conditions.
+
+    Unqualified columns cannot be attributed without the schema, so a SELECT that has any counts
+    as needing a look when it joins at all: the hint is cheap, a missed one is not.
+    """
+    for select in tree.find_all(exp.Select):
+        joins = select.args.get("joins") or []
+        if not joins:
+            continue
+        from_ = select.args.get("from_")
+        sources = [from_.this] if from_ is not None else []
+        sources += [j.this for j in joins]
+        names = {s.alias_or_name.lower() for s in sources if isinstance(s, exp.Table)}
+        used: set[str] = set()
+        for col in select.find_all(exp.Column):
+            if any(isinstance(a, exp.Join) for a in _ancestors(col, select)):
+                continue
+            if not col.table:
+                return True
+            used.add(col.table.lower())
+        if names - used:
+            return True
+    return False
+
+
+def _ancestors(node: exp.Expression, stop: exp.Expression) -> Iterable[exp.Expression]:
+    parent = node.parent
+    while parent is not None and parent is not stop:
+        yield parent
+        parent = parent.parent
+
+
+def choose_guidelines(question: str, sql: str, dialect: str = "sqlite") -> list[str]:
+    """Names of the :data:`GUIDELINES` worth showing for this question and generated SQL.
+
+    MageSQL picks its correction hints with rule-based heuristics rather than sending all of
+    them: a short, relevant list is what a model can act on. Joins that may be unnecessary get the
+    join hint; ordering or superlative words the ordering hint; "different/distinct/unique" the
+    DISTINCT hint; negation, "both" or "either" (or a set operator already written) the set-operator
+    hint. With nothing specific, the column hint keeps the prompt meaningful.
+    """
+    tree = _parse(sql, dialect)
+    chosen: list[str] = []
+    if tree is not None and _has_unneeded_join(tree):
+        chosen.append("join")
+    if _ORDER_WORDS.search(question):
+        chosen.append("order")
+    has_distinct = tree is not None and tree.find(exp.Distinct) is not None
+    if _DISTINCT_WORDS.search(question) and not has_distinct:
+        chosen.append("distinct")
+    if _SET_WORDS.search(question) or (tree is not None and tree.find(exp.SetOperation)):
+        chosen.append("set_operator")
+    return chosen or ["columns"]
+
+
+def guideline_feedback(names: Iterable[str]) -> str:
+    """The ``feedback`` text of the correction call: no execution result, only guidelines."""
+    lines = [f"- {GUIDELINES[n]}" for n in names]
+    return (
+        "The query was not executed. Review it against these guidelines and change it only "
+        "where one applies; otherwise return it unchanged:\n" + "\n".join(lines)
+    )
+
+
+# --- the hardness retriever (Table IV "Hardness") ---------------------------------------------------
+
+
+class HardnessRetriever(RandomRetriever):
+    """Random demos from the pool items of the same Spider hardness as the query's draft SQL.
+
+    Pool hardness is the example's ``difficulty`` label (train data) or computed from its gold
+    SQL; the query's is computed from ``draft_sql`` only, so no dev/test label is read. A draft
+    that does not parse leaves the plain random order.
+    """
+
+    name = "hardness"
+
+    def __init__(self, pool: Iterable[Any], seed: int = 0, **options: Any) -> None:
+        super().__init__(pool, seed=seed, **options)
+        self._levels = np.array([self._level_of(ex) for ex in self.pool], dtype=object)
+
+    @staticmethod
+    def _level_of(ex: Any) -> str:
+        label = ex.get("difficulty") if hasattr(ex, "get") else getattr(ex, "difficulty", None)
+        if label:
+            return str(label)
+        gold = ex.get("gold_sql", "") if hasattr(ex, "get") else getattr(ex, "gold_sql", "")
+        try:
+            return spider_hardness(str(gold or ""), POOL_DIALECT)
+        except ValueError:
+            return ""
+
+    def scores(self, example: Any) -> np.ndarray:
+        """The random permutation, lifted by ``len(pool)`` for pool items of the draft's level."""
+        base = super().scores(example)
+        draft = example.get("draft_sql", "") if hasattr(example, "get") else ""
+        try:
+            level = spider_hardness(str(draft or ""), POOL_DIALECT)
+        except ValueError:
+            return base
+        return base + (self._levels == level) * float(len(self.pool))
+
+
+# --- per-process derived data shared by copies of a program ----------------------------------------
+
+
+class _Cache:
+    """Pool, retrievers, rendered schemas and value indexes; derived data only.
+
+    DSPy optimizers deep-copy programs; copying a 7k-example pool and its indexes per candidate
+    would be slow and pointless, so a copy shares this object.
+    """
+
+    def __init__(self, pool: list[dspy.Example] | None) -> None:
+        self.pool = pool
+        self.retrievers: dict[str, Any] = {}
+        self.schemas: dict[tuple[str, str, bool], str] = {}
+        self.values: dict[tuple[str, str], ValueIndex] = {}
+        self.lock = threading.Lock()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Cache:
+        return self
+
+
+class MageSQL(SQLProgram):
+    """MageSQL (draft → structure-aware demos → few-shot SQL → rule / guideline correction).
+
+    Switches (defaults = the paper's final system): ``strategy`` (see the module docstring),
+    ``num_demos`` (k), ``rule_correction``, ``prompt_correction``, ``demo_schema`` (show each
+    demo's own DDL), ``column_descriptions`` (BIRD column descriptions as DDL comments; off, as the
+    paper's DDL has none), ``pool_source`` (``spider`` or ``bird`` train pool) and
+    ``retriever_options`` (passed to the retriever, e.g. the GNN checkpoint for ``graph``).
+    ``pool`` and ``retriever`` (not switches: they are data) replace the default train pool and
+    the retriever built over it for ``strategy``.
+
+    ``graph`` needs :class:`sqlweave.gnn.retriever.GraphRetriever`; when it cannot be built the
+    first question raises ``ImportError`` rather than quietly running another strategy.
+    """
+
+    name = "mage"
+
+    ABLATIONS: ClassVar[dict[str, dict[str, Any]]] = {
+        # Table IV, demo selection (error correction on in every row, as in the paper).
+        "full": {},
+        "zero_shot": {"strategy": "none"},
+        "random": {"strategy": "random"},
+        "hardness": {"strategy": "hardness"},
+        "question_jaccard": {"strategy": "jaccard"},
+        "question_similarity": {"strategy": "question"},
+        "struct_tree": {"strategy": "pqgram"},
+        "struct_graph": {"strategy": "graph"},
+        # §IV-C error correction, w/o → with (the "with" row is "full"), and its two halves.
+        "no_correction": {"rule_correction": False, "prompt_correction": False},
+        "rules_only": {"prompt_correction": False},
+        "prompt_only": {"rule_correction": False},
+    }
+
+    def __init__(
+        self,
+        strategy: str = "graph",
+        num_demos: int = 4,
+        rule_correction: bool = True,
+        prompt_correction: bool = True,
+        demo_schema: bool = False,
+        column_descriptions: bool = False,
+        pool_source: str = "spider",
+        retriever_options: dict[str, Any] | None = None,
+        *,
+        pool: Iterable[dspy.Example] | None = None,
+        retriever: DemoRetriever | None = None,
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(
+                f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}"
+            )
+        if num_demos < 0:
+            raise ValueError(f"num_demos must be >= 0, got {num_demos}")
+        super().__init__(
+            strategy=strategy,
+            num_demos=num_demos,
+            rule_correction=rule_correction,
+            prompt_correction=prompt_correction,
+            demo_schema=demo_schema,
+            column_descriptions=column_descriptions,
+            pool_source=pool_source,
+            retriever_options=dict(retriever_options or {}),
+        )
+        self.strategy = strategy
+        self.num_demos = num_demos
+        self.rule_correction = rule_correction
+        self.prompt_correction = prompt_correction
+        self.demo_schema = demo_schema
+        self.column_descriptions = column_descriptions
+        self.pool_source = pool_source
+        self.retriever_options = dict(retriever_options or {})
+        self.draft = dspy.Predict(GenerateSQL)
+        self.generate = dspy.Predict(GenerateSQL)
+        self.correct = dspy.Predict(CorrectSQL)
+        self._cache = _Cache(list(pool) if pool is not None else None)
+        if retriever is not None:
+            self._cache.retrievers[strategy] = retriever
+
+    # --- cached per-database and per-pool work ---------------------------------------------------
+
+    @property
+    def uses_draft(self) -> bool:
+        """Whether demo selection reads a draft SQL (so the draft call is made)."""
+        return self.strategy in DRAFT_STRATEGIES and self.num_demos > 0
+
+    def schema_text(self, db: Database) -> str:
+        """The DDL of ``db`` as the prompts show it, rendered once per database."""
+        key = (db.name, db.fingerprint, self.column_descriptions)
+        with self._cache.lock:
+            hit = self._cache.schemas.get(key)
+        if hit is None:
+            hit = render_ddl(introspect(db), descriptions=self.column_descriptions)
+            with self._cache.lock:
+                self._cache.schemas[key] = hit
+        return hit
+
+    def value_index(self, db: Database) -> ValueIndex:
+        """The stored values the string-format rule compares literals with, built once per db."""
+        key = (db.name, db.fingerprint)
+        with self._cache.lock:
+            hit = self._cache.values.get(key)
+        if hit is None:
+            hit = ValueIndex.build(db)
+            with self._cache.lock:
+                self._cache.values[key] = hit
+        return hit
+
+    def demo_pool(self) -> list[dspy.Example]:
+        """The train pool, loaded on first use (the default is the ``pool_source`` train split)."""
+        if self._cache.pool is None:
+            from sqlweave.programs.pools import default_pool
+
+            self._cache.pool = default_pool(self.pool_source)
+        return self._cache.pool
+
+    def retriever(self) -> Any:
+        """The retriever of ``strategy`` over the pool, built on first use and kept."""
+        with self._cache.lock:
+            hit = self._cache.retrievers.get(self.strategy)
+        if hit is not None:
+            return hit
+        pool = self.demo_pool()
+        options = dict(self.retriever_options)
+        if self.strategy == "hardness":
+            built = HardnessRetriever(pool, **options)
+        else:
+            if self.strategy in ("skeleton", "pqgram"):
+                options.setdefault("dialect", POOL_DIALECT)
+            built = make_retriever(self.strategy, pool, **options)
+        with self._cache.lock:
+            self._cache.retrievers[self.strategy] = built
+        return built
+
+    def _demo_schema(self, example: Any) -> str:
+        return self.schema_text(resolve_database(db_path=example.get("db_path")))
+
+    # --- the pipeline -----------------------------------------------------------------------------
+
+    def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
+        """Run draft (if needed), demo selection, few-shot generation and error correction."""
+        dialect = db.dialect
+        schema = self.schema_text(db)
+        inputs = {"dialect": dialect, "db_schema": schema, "question": question}
+        stages: list[str] = []
+
+        draft_sql = ""
+        if self.uses_draft:
+            draft_sql, _ = predict_sql(self.draft, evidence=evidence, **inputs)
+            stages.append("draft")
+
+        found: list[Any] = []
+        if self.strategy == "graph" and not draft_sql:
+            # No draft, no graph to compare: zero-shot, as the graph retriever does for a draft
+            # that does not parse (the tree retrievers fall back to question words instead).
+            logger.info("no draft SQL for graph demo selection; answering zero-shot")
+        elif self.strategy != "none" and self.num_demos > 0:
+            probe = {
+                "question": question,
+                "db_id": db.name,
+                "evidence": evidence,
+                "draft_sql": _to_pool_dialect(draft_sql, dialect),
+            }
+            if getattr(db, "path", None):
+                probe["db_path"] = str(db.path)
+            found = self.retriever().retrieve(probe, self.num_demos)
+            stages.append("select_demos")
+        demos = as_demos(
+            list(reversed(found)),  # best last: nearest the question it should resemble
+            dialect=dialect,
+            schema_text=self._demo_schema if self.demo_schema else None,
+        )
+        generated, raw = predict_sql(
+            self.generate, demos=[*self.generate.demos, *demos], evidence=evidence, **inputs
+        )
+        stages.append("generate")
+        if not generated and draft_sql:
+            logger.debug("few-shot generation gave no SQL; keeping the draft")
+            generated = draft_sql
+
+        sql = generated
+        fired: list[str] = []
+        if self.rule_correction and sql:
+            # Only the string-format rule reads stored values: skip the index without literals.
+            values = self.value_index(db) if re.search(r"['\"]", sql) else None
+            result = apply_rules(sql, db, dialect=dialect, value_index=values)
+            fired = list(result.fired)
+            sql = result.sql
+            stages.append("rules")
+
+        hard: bool | None = None
+        guidelines: list[str] = []
+        corrected_sql = ""
+        if self.prompt_correction and not fired:
+            hard = is_hard_case(sql, dialect)
+            if hard:
+                guidelines = choose_guidelines(question, sql, dialect)
+                corrected_sql, _ = predict_sql(
+                    self.correct,
+                    field="corrected_sql",
+                    sql=sql,
+                    feedback=guideline_feedback(guidelines),
+                    evidence=evidence,
+                    **inputs,
+                )
+                stages.append("correct")
+                if corrected_sql:
+                    sql = corrected_sql
+
+        return dspy.Prediction(
+            sql=sql,
+            draft_sql=draft_sql,
+            generated_sql=generated,
+            raw=raw,
+            strategy=self.strategy,
+            demo_questions=[str(ex.get("question", "")) for ex in found],
+            demo_sql=[str(ex.get("gold_sql", "")) for ex in found],
+            rules_fired=fired,
+            hard_case=hard,
+            guidelines=guidelines,
+            corrected_sql=corrected_sql,
+            stages=stages,
+            num_stages=len(stages),
+            schema=schema,
+        )
+
+
+def _to_pool_dialect(sql: str, dialect: str) -> str:
+    """``sql`` rewritten for the pool's dialect, so structure is compared like for like."""
+    if not sql or dialect == POOL_DIALECT:
+        return sql
+    try:
+        return sqlglot.transpile(sql, read=dialect, write=POOL_DIALECT)[0]
+    except (ParseError, TokenError, IndexError):
+        return sql
+
+
+__all__ = [
+    "DRAFT_STRATEGIES",
+    "GUIDELINES",
+    "STRATEGIES",
+    "HardnessRetriever",
+    "MageSQL",
+    "choose_guidelines",
+    "guideline_feedback",
+]
