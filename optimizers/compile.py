@@ -537,6 +537,9 @@ def run_optimizer(
                 "train": trainset_hash(trainset),
                 "val": trainset_hash(valset),
                 "metric": getattr(metric, "__qualname__", repr(metric)),
+                # Traces from another model are not this model's: never reuse them.
+                "lm": getattr(dspy.settings.lm, "model", None),
+                "proposer": getattr(proposer_lm, "model", proposer_lm),
             },
         )
 
