@@ -320,15 +320,17 @@ class DatabaseReplacement(_Augmentation):
         super().__init__(seed)
         self.featurizer = featurizer
         self.catalog = catalog
+        self._by_size: dict[tuple[int, int], list[str]] = {}
 
     def _targets(self, data: Data) -> list[str]:
-        n_tables = sum(1 for t in data.node_type.tolist() if t == TABLE)
+        n_tables = max(1, int((data.node_type == TABLE).sum()))
         own = data.db_id if "db_id" in data else None
-        return [
-            db
-            for db, tables in self.catalog.databases.items()
-            if db != own and len(tables) >= max(1, n_tables)
-        ]
+        key = (len(self.catalog.databases), n_tables)
+        if key not in self._by_size:  # called for every view: do not rescan the catalog
+            self._by_size[key] = sorted(
+                db for db, tables in self.catalog.databases.items() if len(tables) >= n_tables
+            )
+        return [db for db in self._by_size[key] if db != own]
 
     def applicable(self, data: Data) -> bool:
         has_names = any(t in (TABLE, COLUMN) for t in data.node_type.tolist())
@@ -338,7 +340,7 @@ class DatabaseReplacement(_Augmentation):
         targets = self._targets(data)
         if not targets:
             return data
-        target = self.rng.choice(sorted(targets))
+        target = self.rng.choice(targets)
         schema = self.catalog.tables(target)
         own = data.db_id if "db_id" in data else None
         g = from_data(data)

@@ -29,12 +29,19 @@ def train(
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
     batch_size: Annotated[int, typer.Option(help="anchors per batch")] = 64,
     lr: Annotated[float, typer.Option(help="Adam learning rate")] = 1e-4,
+    threads: Annotated[
+        int, typer.Option(help="torch threads (0 = torch default; 1 is fastest on a busy box)")
+    ] = 0,
 ) -> None:
     """Train the graph model contrastively on a Spider split and save weights + pool index."""
+    import torch
+
     from sqlweave.data import load_spider
     from sqlweave.gnn.retriever import default_model_path, train_retriever
     from sqlweave.gnn.train import TrainConfig
 
+    if threads:
+        torch.set_num_threads(threads)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     pool = load_spider(split, root=data_root)
     if n:
