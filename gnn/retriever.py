@@ -160,7 +160,9 @@ class GraphRetriever:
         never returned. A draft that does not parse yields no demonstrations (logged), so the
         caller falls back to zero-shot rather than to arbitrary demos.
         """
-        if k <= 0:
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        if k == 0:
             return []
         sql = _get(example, self.probe_field)
         if not sql:
