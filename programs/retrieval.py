@@ -78,7 +78,9 @@ class DemoRetriever(Protocol):
 
     name: str
 
-    def retrieve(self, example: Any, k: int) -> list[dspy.Example]: ...
+    def retrieve(self, example: Any, k: int) -> list[dspy.Example]:
+        """Up to ``k`` pool examples to show as demos for ``example``, best first."""
+        ...
 
 
 # --- fields of examples and mappings ------------------------------------------------------------

@@ -46,6 +46,12 @@ def test_skeleton_abstracts_names_aliases_and_values() -> None:
     assert skeleton(SAME_A) == skeleton(SAME_B)
     # An alias on a column or a table is naming, not structure.
     assert skeleton("SELECT count(*) AS n FROM t AS x") == skeleton("SELECT count(*) FROM t")
+    # BIRD's INNER JOIN is Spider's JOIN; an outer join is not.
+    inner = "SELECT a FROM t INNER JOIN u ON t.x = u.x"
+    assert skeleton(inner) == skeleton("SELECT a FROM t JOIN u ON t.x = u.x")
+    assert pq_gram_distance(inner, "SELECT a FROM t JOIN u ON t.x = u.x") == 0.0
+    assert skeleton(inner) != skeleton("SELECT a FROM t LEFT JOIN u ON t.x = u.x")
+    assert pq_gram_distance(inner, "SELECT a FROM t LEFT JOIN u ON t.x = u.x") > 0.0
 
 
 def test_spider_double_quoted_values_are_strings() -> None:
