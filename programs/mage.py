@@ -253,8 +253,10 @@ class MageSQL(SQLProgram):
     ``pool`` and ``retriever`` (not switches: they are data) replace the default train pool and
     the retriever built over it for ``strategy``.
 
-    ``graph`` needs :class:`sqlweave.gnn.retriever.GraphRetriever`; when it cannot be built the
-    first question raises ``ImportError`` rather than quietly running another strategy.
+    ``graph`` needs :class:`sqlweave.gnn.retriever.GraphRetriever` and a trained model (its
+    default checkpoint, or ``retriever_options={"model_path": ...}``); when either is missing the
+    first question raises (``ImportError`` / ``FileNotFoundError``) rather than quietly running
+    another strategy. An empty draft gives no graph to compare, so that question is zero-shot.
     """
 
     name = "mage"
