@@ -139,20 +139,21 @@ print(json.dumps({"sql": out, "prompt": dspy.settings.lm.history[-1]["messages"]
 
 @pytest.mark.lm
 def test_round_trip_with_local_model_in_a_fresh_process(tmp_path: Path) -> None:
-    from sqlweave.data import eval_slice
     from sqlweave.lm import build_lm
 
+    # Small schemas and one demo keep this to a handful of short 0.5B calls on a 2-core CPU.
     lm = build_lm("local:qwen2.5-coder-0.5b", cache=False)
-    train = eval_slice(load_spider("train"), n=4, seed=0, stratify=None)
-    dev = eval_slice(load_spider("dev"), n=2, seed=0)
+    train = [ex for ex in load_spider("train") if ex.db_id == "department_management"][:3]
+    dev = [ex for ex in load_spider("dev") if ex.db_id == "concert_singer"][:2]
     with dspy.context(lm=lm):
         compiled = sqlweave.compile(
-            "direct", train[:3], train[3:], optimizer="bootstrap", max_demos=2, progress=False
+            "direct", train[:2], train[2:], optimizer="bootstrap", max_demos=1, progress=False
         )
         path = compiled.save(tmp_path / "direct.json")
         here = [compiled(ex.question, db=ex.db_path).sql for ex in dev]
         prompt = lm.history[-1]["messages"]
-    assert compiled.program.generate.demos, "bootstrap kept no demos at all"
+    assert len(compiled.program.generate.demos) == 1
+    assert compiled.meta.val_ex is not None and compiled.meta.lm == "local:qwen2.5-coder-0.5b"
     inputs = json.dumps([[ex.question, ex.db_path] for ex in dev])
     done = subprocess.run(
         [sys.executable, "-c", ROUND_TRIP, str(path), inputs],
