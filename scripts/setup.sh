@@ -15,4 +15,4 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
 fi
 # llama-cpp-python compiles from source (~6 min on 2 cores); pip caches the wheel afterwards.
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
-.venv/bin/pip install --quiet -e ".[local,postgres,duckdb,embeddings,dev]"
+.venv/bin/pip install --quiet -e ".[local,postgres,duckdb,embeddings,mipro,dev]"
