@@ -530,9 +530,9 @@ class GraphBuilder:
         """Graphs for ``dspy.Example`` items (``sql_field`` + ``db_id`` + ``db_path``)."""
         for ex in examples:
             db_path = ex.get("db_path") if hasattr(ex, "get") else None
-            if db_path and ex.db_id not in self.catalog.databases:
-                self.catalog.add_database(ex.db_id, db_path)
-        items = [(str(ex[sql_field]), ex.db_id) for ex in examples]
+            if db_path and ex["db_id"] not in self.catalog.databases:
+                self.catalog.add_database(ex["db_id"], db_path)
+        items = [(str(ex[sql_field]), ex["db_id"]) for ex in examples]
         return self.build_many(items, progress=progress)
 
 
