@@ -433,7 +433,7 @@ class RSLSQL(SQLProgram):
                 db_schema=simple_text,
             )
             sql3, choice = picked.sql, picked.choice
-            stages.append("selection" if picked.lm_called else "selection_agreed")
+            stages.append("selection" if picked.lm_called else "selection_no_call")
 
         # Step 4: multi-turn self-correction on error or empty result.
         final = sql3
@@ -454,7 +454,7 @@ class RSLSQL(SQLProgram):
             candidates=[sql1, sql2] if self.augmentation else [sql1],
             choice=choice,
             forward_linked=forward.names() if forward is not None else [],
-            backward_linked=link.backward.names() if link and link.backward else [],
+            backward_linked=link.backward.names() if link is not None and link.backward else [],
             linked=link.linked.names() if link is not None else [],
             simplified_tables=[t.name for t in simple.tables],
             components=components,

@@ -165,7 +165,7 @@ def test_no_selection_call_when_both_answers_agree(db, pool, retriever) -> None:
     answers = [LINK, {"sql": OLDER_40}, PARTS, {"sql": OLDER_40_AGAIN}]
     pred, lm = run(rsl(pool, retriever), answers, db)
     assert kinds(lm) == ["link", "generate", "extract", "generate"]
-    assert "selection_agreed" in pred.stages and pred.sql == OLDER_40
+    assert "selection_no_call" in pred.stages and pred.sql == OLDER_40
 
 
 def test_self_correction_on_an_empty_result_is_multi_turn_and_bounded(db, pool, retriever) -> None:
