@@ -111,22 +111,6 @@ class _Shared:
         return self
 
 
-_DEFAULT_RETRIEVERS: dict[str, Any] = {}
-_DEFAULT_LOCK = threading.Lock()
-
-
-def _default_retriever(name: str) -> Any:
-    """The retriever over the default Spider train pool, built once per process (embedding 6.7k
-    skeletons takes a while, and every PET configuration of an experiment shares it)."""
-    from sqlweave.programs.pools import default_pool
-    from sqlweave.programs.retrieval import make_retriever
-
-    with _DEFAULT_LOCK:
-        if name not in _DEFAULT_RETRIEVERS:
-            _DEFAULT_RETRIEVERS[name] = make_retriever(name, default_pool("spider"))
-        return _DEFAULT_RETRIEVERS[name]
-
-
 def _matches(label: str, voters: Sequence[str]) -> bool:
     """Whether candidate ``label`` (``finsql[0]``, ``sample[2]``, ``presql``) is among ``voters``."""
     kind = label.split("[", 1)[0]
@@ -248,7 +232,10 @@ class PETSQL(SQLProgram):
     def _retriever(self) -> Any:
         shared = self._shared
         if shared.pool is None and shared.encoder is None:
-            return _default_retriever(self.retriever_name)
+            from sqlweave.programs.pools import default_retriever
+
+            # Every PET configuration of an experiment shares the default-pool retriever.
+            return default_retriever(self.retriever_name, "spider")
         with shared.lock:
             if shared.retriever is None:
                 from sqlweave.programs.pools import default_pool

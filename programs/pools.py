@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from pathlib import Path
+from typing import Any
 
 import dspy
 
@@ -43,3 +45,24 @@ def default_pool(source: str = "spider", root: str | Path | None = None) -> list
             logger.warning("no BIRD train pool (%s); using the Spider train pool", err)
             return list(_load("spider", None))
         raise
+
+
+_RETRIEVERS: dict[tuple[Any, ...], Any] = {}
+_RETRIEVERS_LOCK = threading.Lock()
+
+
+def default_retriever(name: str, source: str = "spider", **options: Any) -> Any:
+    """A :func:`~sqlweave.programs.retrieval.make_retriever` retriever over :func:`default_pool`,
+    built once per process for each (name, source, options).
+
+    Programs that were given no pool of their own share it, so every configuration of an
+    experiment (and every program using the same strategy) pays for masking, parsing and the
+    pool's embedding matrix once.
+    """
+    from sqlweave.programs.retrieval import make_retriever
+
+    key = (name, source, tuple(sorted(options.items())))
+    with _RETRIEVERS_LOCK:
+        if key not in _RETRIEVERS:
+            _RETRIEVERS[key] = make_retriever(name, default_pool(source), **options)
+        return _RETRIEVERS[key]

@@ -332,12 +332,14 @@ class RSLSQL(SQLProgram):
         shared = self._shared
         with shared.lock:
             if shared.retriever is None:
-                from sqlweave.programs.pools import default_pool
+                from sqlweave.programs.pools import default_retriever
                 from sqlweave.programs.retrieval import make_retriever
 
                 if shared.pool is None:
-                    shared.pool = default_pool(self.pool_source)
-                shared.retriever = make_retriever("masked_question", shared.pool)
+                    # Same retriever PET builds over the default pool: built once per process.
+                    shared.retriever = default_retriever("masked_question", self.pool_source)
+                else:
+                    shared.retriever = make_retriever("masked_question", shared.pool)
             return shared.retriever
 
     def retrieve_demos(self, question: str, db: Database, evidence: str) -> list[dspy.Example]:
