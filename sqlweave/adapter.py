@@ -3,14 +3,27 @@
 DSPy's ChatAdapter wraps every field in ``[[ ## name ## ]]`` markers and describes the format in
 a system message. Large served models follow that easily; a 0.5B–1.5B local model spends its
 attention on the markup, writes the markers into its SQL, and over-joins tables. For a signature
-with exactly one text output, :class:`SQLAdapter` sends what text-to-SQL papers send instead:
+with exactly one text output, :class:`SQLAdapter` sends plain prompts instead.
 
-* system: the signature's instructions (what the optimizer tunes);
-* user: each non-empty input as a labelled block, the question last, then one line asking for
-  the output alone;
-* demos: the same user block and the bare answer as the assistant turn;
-* for SQL outputs on the local llama.cpp engine, the assistant turn is prefilled with ``SELECT``
-  (the engine continues it), the "prefilled SELECT" of SEA-SQL and the naive baselines.
+For a **SQL** output (``sql`` or ``*_sql``) the prompt is laid out as a SQL script, the layout
+code models met for text-to-SQL in training:
+
+* no system message;
+* one user turn: the rendered schema (CREATE TABLE statements) first, then as ``--`` comments
+  the signature's instructions (what optimizers tune; final turn only), every other non-empty
+  input (evidence, hints, a draft query, execution feedback…), and last
+  ``-- Using valid <dialect>, answer the following question for the tables provided above.``
+  followed by the question;
+* demos: the same turn without the instructions, the bare SQL as the assistant turn;
+* on the local llama.cpp engine the assistant turn is prefilled with ``SELECT``.
+
+Why (Qwen2.5-Coder-1.5B, first 57 questions of the stratified Spider dev 100, greedy): the same
+words as a system message scored 28 against 38 for the script layout; a longer instruction that
+told the model to "join through the listed foreign keys" made it join tables the question does not
+need. Over the whole 100, the old layout scored 39 and the script layout with SQLite's own DDL 53.
+
+For any other **text** output: system = instructions; user = each input as a labelled block, the
+question last, then one line asking for the output alone.
 
 The reply is the whole completion; SQL outputs are cleaned by
 :func:`sqlweave.sqltext.extract_sql`. Signatures with several or typed outputs (lists, ints) fall
@@ -65,6 +78,28 @@ def _render_value(value: Any) -> str:
     return str(value).strip()
 
 
+def _present(value: Any) -> str:
+    """The rendered value, or "" for a missing or blank input (left out of the prompt)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return ""
+    return _render_value(value)
+
+
+def _comment(text: str) -> str:
+    """``text`` as SQL line comments."""
+    return "\n".join(f"-- {line}".rstrip() for line in text.splitlines())
+
+
+_SCHEMA_FIELDS = ("db_schema", "schema")
+_DIALECTS = {
+    "sqlite": "SQLite",
+    "postgres": "PostgreSQL",
+    "postgresql": "PostgreSQL",
+    "duckdb": "DuckDB",
+    "mysql": "MySQL",
+}
+
+
 class SQLAdapter(ChatAdapter):
     """Plain prompts for single-text-output signatures; ChatAdapter (no JSON retry) otherwise.
 
@@ -117,44 +152,93 @@ class SQLAdapter(ChatAdapter):
         self, signature: type[Signature], demos: list[Any], inputs: Any, *, prefill: bool
     ) -> list[dict[str, str]]:
         output = _text_output(signature) or ""
-        messages: list[dict[str, str]] = [
-            {"role": "system", "content": signature.instructions.strip()}
-        ]
+        sql = _is_sql_field(output)
+        messages: list[dict[str, str]] = []
+        if not sql:
+            messages.append({"role": "system", "content": signature.instructions.strip()})
         for demo in demos:
             answer = demo.get(output) if hasattr(demo, "get") else None
             if not answer:
                 continue
-            messages.append({"role": "user", "content": self._user_block(signature, demo)})
+            block = (
+                self._sql_block(signature, demo, instructions=False)
+                if sql
+                else self._user_block(signature, demo)
+            )
+            messages.append({"role": "user", "content": block})
             messages.append({"role": "assistant", "content": str(answer).strip()})
-        messages.append({"role": "user", "content": self._user_block(signature, inputs)})
+        block = (
+            self._sql_block(signature, inputs, instructions=True)
+            if sql
+            else self._user_block(signature, inputs)
+        )
+        messages.append({"role": "user", "content": block})
         if prefill:
             messages.append({"role": "assistant", "content": "SELECT"})
         return messages
+
+    def _sql_block(self, signature: type[Signature], values: Any, *, instructions: bool) -> str:
+        """The prompt of a SQL-writing signature, laid out as a SQL script.
+
+        The schema comes first as it is rendered (CREATE TABLE statements), then every other
+        input, the signature's instructions (in the final turn only) and the question as ``--``
+        comments, closing with the dialect and the question: the layout code models such as
+        Qwen2.5-Coder saw for text-to-SQL in training. Measured on 57 Spider dev questions with
+        Qwen2.5-Coder-1.5B (issue 7 note), the instructions in a system message cost ~10 points
+        EX against the same words as comments after the schema.
+        """
+        get = values.get if hasattr(values, "get") else (lambda key, default=None: default)
+        dialect = str(get("dialect", "") or "").strip()
+        schema_names = [n for n in signature.input_fields if n in _SCHEMA_FIELDS]
+        others = [
+            n
+            for n in signature.input_fields
+            if n not in ("dialect", "question") and n not in schema_names
+        ]
+        parts: list[str] = []
+        for name in schema_names:
+            text = _present(get(name, None))
+            if text:
+                parts.append(text)
+        comments: list[str] = []
+        if instructions and signature.instructions.strip():
+            comments.append(_comment(signature.instructions.strip()))
+        for name in others:
+            text = _present(get(name, None))
+            if not text:
+                continue
+            if "\n" in text:
+                comments.append(f"-- {_label(name)}:\n{_comment(text)}")
+            else:
+                comments.append(f"-- {_label(name)}: {text}")
+        engine = _DIALECTS.get(dialect.lower(), dialect) if dialect else "SQL"
+        ask = (
+            f"-- Using valid {engine}, answer the following question for the tables provided above."
+        )
+        if "question" in signature.input_fields:
+            question = _present(get("question", None))
+            comments.append(ask + (f"\n{_comment(question)}" if question else ""))
+        else:
+            comments.append(ask)
+        parts.append("\n".join(comments))
+        return "\n\n".join(parts) + "\n"
 
     def _user_block(self, signature: type[Signature], values: Any) -> str:
         output = _text_output(signature) or ""
         get = values.get if hasattr(values, "get") else (lambda key, default=None: default)
         blocks: list[str] = []
-        dialect = str(get("dialect", "") or "").strip()
         names = [n for n in signature.input_fields if n not in ("dialect", "question")]
         if "question" in signature.input_fields:
             names.append("question")
         for name in names:
-            value = get(name, None)
-            if value is None or (isinstance(value, str) and not value.strip()):
-                continue
-            text = _render_value(value)
+            text = _present(get(name, None))
             if not text:
                 continue
             blocks.append(f"{_label(name)}:\n{text}" if "\n" in text else f"{_label(name)}: {text}")
         out_field = signature.output_fields.get(output)
         desc = getattr(out_field, "json_schema_extra", None) or {}
         what = desc.get("desc") or _label(output)
-        if _is_sql_field(output):
-            engine = f"{dialect} " if dialect else ""
-            blocks.append(f"Answer with one {engine}SQL query only ({what}).")
-        else:
-            blocks.append(f"Answer with the {_label(output).lower()} only ({what}).")
+        blocks.append(f"Answer with the {_label(output).lower()} only ({what}).")
         return "\n\n".join(blocks)
 
     def parse(self, signature, completion):  # type: ignore[override]

@@ -544,6 +544,29 @@ def ident(name: str) -> str:
     return quote(name)
 
 
+DDL_LAYOUTS = ("compact", "pretty")
+DDL_LAYOUT = "compact"
+
+
+def _check_layout(layout: str) -> None:
+    if layout not in DDL_LAYOUTS:
+        raise ValueError(f"unknown DDL layout {layout!r}; choose one of {', '.join(DDL_LAYOUTS)}")
+
+
+def _create_table_compact(schema: Schema, table: Table, include_pk: bool, include_fks: bool) -> str:
+    items = [f"{quote(c.name)} {c.type}".rstrip() for c in table.columns]
+    if include_pk and table.primary_key:
+        items.append(f"PRIMARY KEY ({', '.join(quote(k) for k in table.primary_key)})")
+    if include_fks:
+        items += [
+            f"FOREIGN KEY ({quote(fk.column)}) REFERENCES {quote(fk.ref_table)} "
+            f"({quote(fk.ref_column)})"
+            for fk in schema.foreign_keys
+            if fk.table == table.name
+        ]
+    return f"CREATE TABLE {quote(table.name)} ({', '.join(items)});"
+
+
 def _describe(column: Column) -> str:
     parts = [p.rstrip(".") for p in (column.description, column.value_description) if p]
     return ". ".join(parts)
@@ -559,20 +582,37 @@ def render_ddl(
     include_pk: bool = True,
     include_fks: bool = True,
     descriptions: bool = True,
+    layout: str = DDL_LAYOUT,
 ) -> str:
     """``CREATE TABLE`` statements with types and keys (DAIL-SQL / MageSQL layout, the baseline).
 
-    BIRD descriptions, when the schema has them, follow each column as a ``--`` comment.
+    ``layout="compact"`` (default) writes each table on one line with every identifier
+    double-quoted, the shape of SQLite's own ``sqlite_master`` DDL that code models saw in
+    text-to-SQL training; ``"pretty"`` writes one column per line. Measured with
+    Qwen2.5-Coder-1.5B on 57 Spider dev questions (issue 7 note) the compact layout scored higher.
+    BIRD descriptions, when the schema has them, follow each column as a ``--`` comment, which
+    needs one column per line: such tables are always written pretty.
     """
+    _check_layout(layout)
     schema = _apply(schema, subset)
-    return "\n\n".join(
-        _create_table(schema, t, include_pk, include_fks, descriptions) for t in schema.tables
+    sep = "\n" if layout == "compact" else "\n\n"
+    return sep.join(
+        _create_table(schema, t, include_pk, include_fks, descriptions, layout)
+        for t in schema.tables
     )
 
 
 def _create_table(
-    schema: Schema, table: Table, include_pk: bool, include_fks: bool, descriptions: bool
+    schema: Schema,
+    table: Table,
+    include_pk: bool,
+    include_fks: bool,
+    descriptions: bool,
+    layout: str = DDL_LAYOUT,
 ) -> str:
+    _check_layout(layout)
+    if layout == "compact" and not (descriptions and any(_describe(c) for c in table.columns)):
+        return _create_table_compact(schema, table, include_pk, include_fks)
     items: list[tuple[str, str]] = []  # (definition, trailing comment)
     for col in table.columns:
         definition = f"{ident(col.name)} {col.type}".rstrip()
@@ -606,13 +646,16 @@ def render_ddl_with_rows(
     include_fks: bool = True,
     descriptions: bool = True,
     max_chars: int = VALUE_CHARS,
+    layout: str = DDL_LAYOUT,
 ) -> str:
     """DDL, each table followed by up to ``rows`` sample rows as CSV in a comment (Dubo-SQL v1,
-    which shows up to 5 rows and drops primary keys: ``include_pk=False``)."""
+    which shows up to 5 rows and drops primary keys: ``include_pk=False``). ``layout`` as in
+    :func:`render_ddl`."""
+    _check_layout(layout)
     schema = _apply(schema, subset)
     blocks = []
     for table in schema.tables:
-        block = _create_table(schema, table, include_pk, include_fks, descriptions)
+        block = _create_table(schema, table, include_pk, include_fks, descriptions, layout)
         sample = table.sample_rows[:rows]
         if rows > 0 and sample:
             buffer = io.StringIO()

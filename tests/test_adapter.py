@@ -17,23 +17,58 @@ INPUTS = {
 }
 
 
-def test_plain_prompt_puts_question_last_and_skips_empty_fields():
+def test_sql_prompt_is_a_sql_script_schema_first_question_last():
     messages = SQLAdapter().format(GenerateSQL, [], INPUTS)
-    assert [m["role"] for m in messages] == ["system", "user"]
-    assert messages[0]["content"] == GenerateSQL.instructions.strip()
-    user = messages[1]["content"]
+    # No system message: instructions in a system turn cost a 1.5B model ~10 points EX.
+    assert [m["role"] for m in messages] == ["user"]
+    user = messages[0]["content"]
+    assert user.startswith("CREATE TABLE singer")
     assert "[[ ##" not in user and "Evidence" not in user
     assert user.index("CREATE TABLE singer") < user.index("How many singers")
-    assert user.rstrip().endswith(")."), user
-    assert "sqlite SQL query only" in user
+    assert "-- Using valid SQLite, answer the following question" in user
+    assert user.rstrip().endswith("-- How many singers are there?"), user
+    first_line = GenerateSQL.instructions.strip().splitlines()[0]
+    assert f"-- {first_line}" in user
+
+
+def test_other_inputs_become_comments_before_the_question():
+    inputs = {**INPUTS, "evidence": "singer means a row of singer\nname is text"}
+    user = SQLAdapter().format(GenerateSQL, [], inputs)[0]["content"]
+    assert (
+        "-- Evidence (external knowledge):\n-- singer means a row of singer\n-- name is text"
+        in user
+    )
+    assert user.index("-- Evidence") < user.index("-- How many singers")
+
+
+def test_postgres_dialect_is_named_in_the_prompt():
+    user = SQLAdapter().format(GenerateSQL, [], {**INPUTS, "dialect": "postgres"})[0]["content"]
+    assert "Using valid PostgreSQL" in user
 
 
 def test_demos_become_user_assistant_turns_and_prefill_is_last():
     demo = dspy.Example(**{**INPUTS, "question": "List names.", "sql": "SELECT name FROM singer"})
     messages = SQLAdapter()._plain_messages(GenerateSQL, [demo], INPUTS, prefill=True)
-    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
-    assert messages[2]["content"] == "SELECT name FROM singer"
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
+    assert messages[1]["content"] == "SELECT name FROM singer"
     assert messages[-1] == {"role": "assistant", "content": "SELECT"}
+    # The instructions are said once, in the final turn, not in every demo.
+    first_line = GenerateSQL.instructions.strip().splitlines()[0]
+    assert first_line not in messages[0]["content"]
+    assert first_line in messages[2]["content"]
+
+
+def test_text_outputs_other_than_sql_keep_a_system_instruction():
+    class Explain(dspy.Signature):
+        """Explain the query in one sentence."""
+
+        sql: str = dspy.InputField()
+        explanation: str = dspy.OutputField()
+
+    messages = SQLAdapter().format(Explain, [], {"sql": "SELECT 1"})
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert messages[0]["content"] == "Explain the query in one sentence."
+    assert messages[1]["content"].startswith("SQL: SELECT 1")
 
 
 def test_prefill_auto_is_off_for_engines_that_cannot_continue():

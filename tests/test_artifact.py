@@ -49,7 +49,7 @@ def test_artifact_records_provenance(saved: Path, train: list[dspy.Example]) -> 
     assert meta["compile_seconds"] >= 0
     assert len(meta["trainset_hash"]) == 16
     generate = payload["state"]["generate"]
-    assert generate["signature"]["instructions"].startswith("Write one read-only SQL query")
+    assert generate["signature"]["instructions"].startswith("Reply with one read-only SQL query")
     assert len(generate["demos"]) == 2
     assert {"db_schema", "dialect", "question", "sql"} <= set(generate["demos"][0])
 

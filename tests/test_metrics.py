@@ -57,7 +57,6 @@ def test_results_match_fixture_pairs(pair, semantics):
     )
 
 
-
 def test_results_match_rejects_unknown_semantics():
     with pytest.raises(ValueError, match="semantics"):
         results_match([(1,)], [(1,)], "exact")
@@ -254,7 +253,6 @@ def test_spider_hardness_known_examples(sql, level):
 def test_spider_hardness_rejects_unparsable_sql():
     with pytest.raises(ValueError):
         spider_hardness("SELECT FROM WHERE (")
-
 
 
 def test_spider_dev_hardness_distribution_is_close_to_official(data_root):

@@ -133,9 +133,9 @@ def test_v1_prompt_is_ddl_with_csv_rows_fks_and_no_primary_keys(db: Database) ->
     assert pred.stages == 2  # generation, then the execution check that found nothing to fix
     prompt = last_user(lm)
     assert QUESTION in prompt and "singers are people who sing" in prompt
-    assert "CREATE TABLE singer (" in prompt
+    assert 'CREATE TABLE "singer" ("Singer_ID" INTEGER, "Name" TEXT' in prompt
     assert "PRIMARY KEY" not in prompt  # the paper removes keys and constraints...
-    assert "FOREIGN KEY (Singer_ID) REFERENCES singer(Singer_ID)" in prompt  # ...but keeps FKs
+    assert 'FOREIGN KEY ("Singer_ID") REFERENCES "singer" ("Singer_ID")' in prompt  # ...not FKs
     # up to 5 sample rows per table as CSV with a header line
     assert "5 example rows from table singer:" in prompt
     assert "Singer_ID,Name,Country,Song_Name" in prompt
@@ -167,7 +167,8 @@ def test_v1_retries_once_with_the_error(db: Database) -> None:
     assert len(lm.history) == 2 and pred.correction_rounds == 1 and pred.lm_calls == 2
     retry_prompt = last_user(lm)
     assert BAD in retry_prompt and "no such table" in retry_prompt.lower()
-    assert "CREATE TABLE singer" in retry_prompt  # the same schema as the first call
+    assert 'CREATE TABLE "singer" (' in retry_prompt  # the same schema as the first call
+    assert "5 example rows from table singer:" in retry_prompt
 
 
 def test_v1_retries_at_most_once(db: Database) -> None:
@@ -268,9 +269,12 @@ def test_v2_without_json_uses_the_configured_adapter(db: Database, pool) -> None
         pred = v2(pool, json_output=False)(question=QUESTION, db=db)
     assert pred.sql == GOOD
     msgs = messages(lm)
-    # sqlweave's default SQLAdapter: demo answers are bare SQL, no JSON asked for
-    assert msgs[2]["role"] == "assistant" and msgs[2]["content"].startswith("SELECT count(*)")
-    assert "JSON" not in msgs[0]["content"] + msgs[-1]["content"]
+    # sqlweave's default SQLAdapter: no system message, 4 demos as user/assistant pairs whose
+    # answers are bare SQL, then the question; no JSON asked for anywhere
+    assert [m["role"] for m in msgs] == ["user", "assistant"] * 4 + ["user"]
+    assert msgs[1]["content"].startswith("SELECT count(*)")
+    assert msgs[-2]["content"] == "SELECT count(*) FROM actor"
+    assert not any("JSON" in m["content"] for m in msgs)
 
 
 def test_v2_bird_prompt_has_descriptions_and_evidence(bird_db, pool) -> None:

@@ -77,7 +77,7 @@ def test_structure_strategy_drafts_then_generates_with_demos(pool, db) -> None:
     assert pred.sql == EASY and pred.draft_sql == EASY and pred.hard_case is False
     # The draft is zero-shot: DDL schema and question, no demos, no database content.
     draft_msgs = lm.history[0]["messages"]
-    assert len(draft_msgs) == 2
+    assert [msg["role"] for msg in draft_msgs] == ["user"]
     draft = user_turn(lm, 0)
     assert "CREATE TABLE" in draft and "singer_in_concert" in draft and QUESTION in draft
     assert "France" not in messages(lm, 0)  # sample values are never shown
@@ -87,7 +87,7 @@ def test_structure_strategy_drafts_then_generates_with_demos(pool, db) -> None:
     gen = messages(lm, 1)
     for question, sql in zip(pred.demo_questions, pred.demo_sql, strict=True):
         assert question in gen and sql in gen
-    assert len(lm.history[1]["messages"]) == 2 + 2 * 4
+    assert len(lm.history[1]["messages"]) == 1 + 2 * 4  # 4 demo pairs, then the question
     # Best demo last, nearest the question.
     assert pred.demo_questions[0] in json.dumps(lm.history[1]["messages"][-3])
 
@@ -113,7 +113,7 @@ def test_question_strategies_skip_the_draft_call(pool, db, strategy: str) -> Non
 def test_zero_shot_is_one_call_without_demos(pool, db) -> None:
     program = MageSQL(strategy="none", pool=pool)
     pred, lm = run(program, [{"sql": EASY}], db)
-    assert len(lm.history) == 1 and len(lm.history[0]["messages"]) == 2
+    assert len(lm.history) == 1 and len(lm.history[0]["messages"]) == 1
     assert pred.demo_questions == [] and pred.stages == ["generate", "rules"]
 
 
@@ -129,7 +129,7 @@ def test_hard_case_without_rule_gets_one_guided_correction(pool, db) -> None:
     correction = user_turn(lm, 1)
     assert HARD in correction and "CREATE TABLE" in correction and question in correction
     assert "INTERSECT" in correction and "not executed" in correction
-    assert len(lm.history[1]["messages"]) == 2  # zero-shot: no demos in the correction prompt
+    assert len(lm.history[1]["messages"]) == 1  # zero-shot: no demos in the correction prompt
     assert db.execute(pred.sql).rows
 
 
@@ -181,7 +181,7 @@ def test_bird_evidence_reaches_every_prompt(bird_db, pool) -> None:
     )
     assert len(lm.history) == 2
     assert evidence in user_turn(lm, 0) and evidence in user_turn(lm, 1)
-    assert "CREATE TABLE superhero" in user_turn(lm, 1)
+    assert 'CREATE TABLE "superhero" (' in user_turn(lm, 1)
 
 
 def test_compiled_and_retrieved_demos_are_combined(pool, db) -> None:
@@ -199,15 +199,17 @@ def test_compiled_and_retrieved_demos_are_combined(pool, db) -> None:
     text = messages(lm, 0)
     assert "Compiled demo question?" in text
     assert all(q in text for q in pred.demo_questions) and len(pred.demo_questions) == 2
-    assert len(lm.history[0]["messages"]) == 2 + 2 * 3
+    assert len(lm.history[0]["messages"]) == 1 + 2 * 3  # 1 compiled + 2 retrieved demo pairs
     assert len(program.generate.demos) == 1  # retrieved demos are per call only
 
 
 def test_demo_schema_switch_shows_each_demo_ddl(pool, db) -> None:
     program = MageSQL(strategy="jaccard", pool=pool, num_demos=1, demo_schema=True)
     pred, lm = run(program, [{"sql": EASY}], db)
-    demo_turn = lm.history[0]["messages"][1]["content"]
-    assert "CREATE TABLE" in demo_turn and "singer_in_concert" not in demo_turn
+    demo, answer = lm.history[0]["messages"][:2]
+    assert demo["role"] == "user" and answer["role"] == "assistant"
+    assert "CREATE TABLE" in demo["content"] and "singer_in_concert" not in demo["content"]
+    assert pred.demo_questions[0] in demo["content"]
 
 
 # --- strategies, caches, guidelines ----------------------------------------------------------------

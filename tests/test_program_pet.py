@@ -242,7 +242,7 @@ def test_prompt_ablations_drop_their_part_only(
     db: Database, pool, config: str, absent: str
 ) -> None:
     pred, lm = run(pet(pool, **PETSQL.ABLATIONS[config]), [gen(N_SINGERS)], db)
-    assert pred.lm_calls == 1 and pred.demos == [] and lm.calls[0]["n_messages"] == 2
+    assert pred.lm_calls == 1 and pred.demos == [] and lm.calls[0]["n_messages"] == 1
     prompt = lm.calls[0]["last"]
     assert absent not in prompt
     for part in (OR_MARK, "Name[Joe Sharp", "REFERENCES"):

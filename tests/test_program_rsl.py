@@ -41,7 +41,7 @@ KINDS = {
     "Break the question down": "extract",
     "Pick the candidate": "select",
     "Fix the SQL query": "correct",
-    "Write one read-only SQL": "generate",
+    "Reply with one read-only SQL": "generate",
 }
 
 
@@ -57,11 +57,13 @@ class HashEncoder:
 
 
 def kinds(lm: DummyLM) -> list[str]:
-    """The stage of every LM call, from the instruction in its system message."""
+    """The stage of every LM call, from its instruction (in the system message, or in the final
+    user turn of a SQL-writing prompt)."""
     out = []
     for entry in lm.history:
-        system = entry["messages"][0]["content"]
-        out.append(next((v for k, v in KINDS.items() if k in system), "?"))
+        users = [m["content"] for m in entry["messages"] if m["role"] == "user"]
+        text = entry["messages"][0]["content"] + "\n" + users[-1]
+        out.append(next((v for k, v in KINDS.items() if k in text), "?"))
     return out
 
 
@@ -147,14 +149,14 @@ def test_prompts_hold_what_the_paper_puts_there(db, pool, retriever) -> None:
     whole = prompt(lm, sql1)
     for demo_question in pred.demos:
         assert json.dumps(demo_question)[1:-1] in whole
-    assert len(lm.history[sql1]["messages"]) == 2 + 2 * 3  # system, 3 demo pairs, the question
+    assert len(lm.history[sql1]["messages"]) == 1 + 2 * 3  # 3 demo pairs, then the question
     # Components and SQL2 see the simplified schema only.
     for i in (extract, sql2, select):
         assert "concert_Name" not in last_user(lm, i) and "Song_Name" not in last_user(lm, i)
         assert "Is_male" not in last_user(lm, i)
     assert "Conditions: singer.Age > 40" in last_user(lm, sql2)
     assert "Keywords: WHERE" in last_user(lm, sql2)
-    assert len(lm.history[sql2]["messages"]) == 2 + 2 * 3
+    assert len(lm.history[sql2]["messages"]) == 1 + 2 * 3
     # Selection: both candidates with their results.
     assert OLDER_40 in last_user(lm, select) and OLDER_30 in last_user(lm, select)
     assert "Rose White" in last_user(lm, select)
@@ -205,13 +207,13 @@ def test_base_prompt_is_one_call_without_demos_samples_or_hints(db, pool, retrie
     text = last_user(lm, 0)
     assert "FOREIGN KEY" in text and "concert_Name" in text
     assert "example rows" not in text and "Columns likely needed" not in text
-    assert len(lm.history[0]["messages"]) == 2 and pred.demos == []
+    assert len(lm.history[0]["messages"]) == 1 and pred.demos == []
     assert pred.sql == OLDER_40 and pred.sql2 == "" and pred.candidates == [OLDER_40]
 
 
 def test_demos_and_value_samples_switch_on_one_at_a_time(db, pool, retriever) -> None:
     _, lm = run(rsl(pool, retriever, **RSLSQL.ABLATIONS["demos"]), [{"sql": OLDER_40}], db)
-    assert len(lm.history[0]["messages"]) == 2 + 2 * 3
+    assert len(lm.history[0]["messages"]) == 1 + 2 * 3
     assert "example rows" not in last_user(lm, 0)
     _, lm = run(rsl(pool, retriever, **RSLSQL.ABLATIONS["value_samples"]), [{"sql": OLDER_40}], db)
     assert "3 example rows from table singer" in last_user(lm, 0)
@@ -329,8 +331,9 @@ def test_compiled_demos_come_before_retrieved_ones(db, pool, retriever) -> None:
     program.preliminary_sql.demos = [compiled]
     _, lm = run(program, [{"sql": OLDER_40}], db)
     messages = lm.history[0]["messages"]
-    assert len(messages) == 2 + 2 * 4
-    assert "What is the compiled demo?" in messages[1]["content"]
+    assert len(messages) == 1 + 2 * 4
+    assert "What is the compiled demo?" in messages[0]["content"]
+    assert messages[1] == {"role": "assistant", "content": "SELECT a FROM t"}
 
 
 def test_copies_share_the_pool_but_not_the_predictors(pool, retriever) -> None:

@@ -14,7 +14,15 @@ from sqlweave import programs
 from sqlweave.db import Database
 from sqlweave.optimizers import ArtifactError, ArtifactMeta, load_program, save_program
 
-DEMO_DB = Path(__file__).resolve().parents[1] / "sqlweave" / "demo" / "spider" / "database" / "concert_singer" / "concert_singer.sqlite"
+DEMO_DB = (
+    Path(__file__).resolve().parents[1]
+    / "sqlweave"
+    / "demo"
+    / "spider"
+    / "database"
+    / "concert_singer"
+    / "concert_singer.sqlite"
+)
 
 
 @pytest.fixture()
@@ -56,9 +64,17 @@ def test_unknown_program_name_is_a_clear_error() -> None:
 
 def test_artifact_round_trip_keeps_demos(tmp_path: Path) -> None:
     program = programs.get("direct")
-    demo = dspy.Example(dialect="sqlite", db_schema="CREATE TABLE t(a)", question="q", evidence="", sql="SELECT a FROM t")
+    demo = dspy.Example(
+        dialect="sqlite",
+        db_schema="CREATE TABLE t(a)",
+        question="q",
+        evidence="",
+        sql="SELECT a FROM t",
+    )
     program.generate.demos = [demo]
-    path = save_program(program, tmp_path / "p.json", ArtifactMeta(program="direct", lm="local:x", val_ex=0.5))
+    path = save_program(
+        program, tmp_path / "p.json", ArtifactMeta(program="direct", lm="local:x", val_ex=0.5)
+    )
     loaded, meta = load_program(path)
     assert meta.val_ex == 0.5 and meta.lm == "local:x"
     assert loaded.generate.demos[0]["sql"] == "SELECT a FROM t"
@@ -70,7 +86,10 @@ def test_artifact_round_trip_keeps_demos(tmp_path: Path) -> None:
         ("{not json", "invalid JSON"),
         ('{"format": "something-else"}', "not a sqlweave program file"),
         ('{"format": "sqlweave-program", "format_version": 99}', "format version 99"),
-        ('{"format": "sqlweave-program", "format_version": 1, "meta": {"program": "nope"}, "state": {}}', "corrupted or incompatible"),
+        (
+            '{"format": "sqlweave-program", "format_version": 1, "meta": {"program": "nope"}, "state": {}}',
+            "corrupted or incompatible",
+        ),
     ],
 )
 def test_bad_artifacts_give_clear_errors(tmp_path: Path, content: str, message: str) -> None:

@@ -14,6 +14,7 @@ from sqlweave.schema import (
     clear_cache,
     ident,
     introspect,
+    quote,
     render_columns,
     render_compact,
     render_ddl,
@@ -213,13 +214,47 @@ def test_ident_quotes_only_when_needed() -> None:
 
 
 def test_render_ddl_snapshot(schema: Schema) -> None:
-    check_snapshot("ddl.sql", render_ddl(schema))
+    check_snapshot("ddl.sql", render_ddl(schema, layout="pretty"))
 
 
-def test_render_ddl_is_valid_sqlite(schema: Schema) -> None:
+def test_render_ddl_compact_snapshot(schema: Schema) -> None:
+    """The default layout: one line per table, every identifier double-quoted."""
+    text = render_ddl(schema, descriptions=False)
+    check_snapshot("ddl_compact.sql", text)
+    assert text == render_ddl(schema, descriptions=False, layout="compact")
+    assert len(text.splitlines()) == len(schema.tables)
+
+
+def test_render_ddl_compact_keeps_pretty_tables_with_descriptions(schema: Schema) -> None:
+    """BIRD descriptions are ``--`` comments after each column, which needs one column a line:
+    described tables fall back to the pretty form, the others stay compact."""
+    text = render_ddl(schema)
+    pretty = render_ddl(schema, layout="pretty").split("\n\n")
+    described = {"concert", "singer"}
+    compacts = render_ddl(schema, descriptions=False).splitlines()
+    for table, block, compact in zip(schema.tables, pretty, compacts, strict=True):
+        if table.name in described:
+            assert block in text and compact not in text
+            assert "--" in block
+        else:
+            assert compact in text and block not in text
+    assert 'CREATE TABLE "empty_log" ("id" INTEGER, "note" TEXT);' in text
+    # Without descriptions nothing needs a comment: every table is compact.
+    assert "--" not in render_ddl(schema, descriptions=False)
+
+
+def test_unknown_ddl_layout_is_refused(schema: Schema) -> None:
+    with pytest.raises(ValueError, match="layout"):
+        render_ddl(schema, layout="fancy")
+    with pytest.raises(ValueError, match="layout"):
+        render_ddl_with_rows(schema, layout="fancy")
+
+
+@pytest.mark.parametrize("layout", ["compact", "pretty"])
+def test_render_ddl_is_valid_sqlite(schema: Schema, layout: str) -> None:
     """Quoting and comments must survive a real parser: the DDL recreates the same schema."""
     conn = sqlite3.connect(":memory:")
-    conn.executescript(render_ddl(schema))
+    conn.executescript(render_ddl(schema, layout=layout))
     names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     assert sorted(names) == schema.table_names
     fks = conn.execute("PRAGMA foreign_key_list('singer in concert')").fetchall()
@@ -229,12 +264,45 @@ def test_render_ddl_is_valid_sqlite(schema: Schema) -> None:
     }
     conn.close()
     with_rows = sqlite3.connect(":memory:")
-    with_rows.executescript(render_ddl_with_rows(schema, rows=5))  # the CSV sits in comments
+    # the CSV sits in comments
+    with_rows.executescript(render_ddl_with_rows(schema, rows=5, layout=layout))
+    with_rows.close()
+
+
+def test_compact_ddl_recreates_tables_columns_and_keys(schema: Schema) -> None:
+    """The compact layout, no description falling back to pretty, run through SQLite itself."""
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(render_ddl(schema, descriptions=False))
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    assert sorted(names) == schema.table_names
+    for table in schema.tables:
+        info = conn.execute(f"PRAGMA table_info({quote(table.name)})").fetchall()
+        assert [(r[1], r[2]) for r in info] == [(c.name, c.type) for c in table.columns]
+        pk = [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]
+        assert pk == table.primary_key
+    fks = conn.execute("PRAGMA foreign_key_list('singer in concert')").fetchall()
+    assert {(r[2], r[3], r[4]) for r in fks} == {
+        ("concert", "concert_id", "concert_id"),
+        ("singer", "Singer_ID", "Singer_ID"),
+    }
+    conn.close()
+    with_rows = sqlite3.connect(":memory:")
+    with_rows.executescript(render_ddl_with_rows(schema, rows=5, descriptions=False))
+    names = [r[0] for r in with_rows.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    assert sorted(names) == schema.table_names
     with_rows.close()
 
 
 def test_render_ddl_with_rows_snapshot(schema: Schema) -> None:
-    check_snapshot("ddl_rows.sql", render_ddl_with_rows(schema, rows=3, include_pk=False))
+    check_snapshot(
+        "ddl_rows.sql", render_ddl_with_rows(schema, rows=3, include_pk=False, layout="pretty")
+    )
+
+
+def test_render_ddl_with_rows_compact_snapshot(schema: Schema) -> None:
+    text = render_ddl_with_rows(schema, rows=3, include_pk=False, descriptions=False)
+    check_snapshot("ddl_rows_compact.sql", text)
+    assert "PRIMARY KEY" not in text and "FOREIGN KEY" in text
 
 
 def test_render_pet_snapshots(schema: Schema) -> None:

@@ -13,7 +13,10 @@ from sqlweave.sqltext import extract_sql
         ("SELECT count(*) FROM singer", "SELECT count(*) FROM singer"),
         ("```sql\nSELECT name FROM singer;\n```\nThis lists names.", "SELECT name FROM singer"),
         ("SQL: SELECT 1;", "SELECT 1"),
-        ("Here you go:\nWITH a AS (SELECT 1) SELECT * FROM a", "WITH a AS (SELECT 1) SELECT * FROM a"),
+        (
+            "Here you go:\nWITH a AS (SELECT 1) SELECT * FROM a",
+            "WITH a AS (SELECT 1) SELECT * FROM a",
+        ),
         ("SELECT a\nFROM t\nThis query returns a.", "SELECT a\nFROM t"),
         ("SELECT a FROM t WHERE b > 1 [[ ## completed ## ]]", "SELECT a FROM t WHERE b > 1"),
         ("SELECT a FROM t[[ ## completed ## ]]", "SELECT a FROM t"),
