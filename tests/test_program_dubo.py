@@ -402,7 +402,7 @@ def test_both_versions_on_postgres(spider_root: Path, pool) -> None:
         lm = DummyLM([{"sql": "SELECT count(*) FROM singers"}, {"corrected_sql": GOOD}])
         with dspy.context(lm=lm):
             pred = DuboV1()(question=QUESTION, db=pg)
-        assert pred.sql == GOOD and "postgres" in last_user(lm)
+        assert pred.sql == GOOD and "Using valid PostgreSQL" in last_user(lm)
         lm = json_lm([{"sql": GOOD}])
         with dspy.context(lm=lm):
             pred = v2(pool)(question=QUESTION, db=pg)

@@ -433,4 +433,7 @@ def test_postgres_database_runs_the_full_pipeline(spider_root, pool, retriever) 
         ]
         pred, lm = run(rsl(pool, retriever), answers, pg)
     assert pg.dialect == "postgres" and kinds(lm)[-1] == "select"
-    assert "postgres" in last_user(lm, 1) and pred.sql == "SELECT name FROM singer WHERE age > 40"
+    assert (
+        "Using valid PostgreSQL" in last_user(lm, 1)
+        and pred.sql == "SELECT name FROM singer WHERE age > 40"
+    )

@@ -276,5 +276,5 @@ def test_runs_on_postgres(spider_root: Path) -> None:
     with Database.open(read_url, name="concert_singer") as pg:
         pred, lm = run(SEASQL(), [gen(BAD), review(pg_good)], pg)
         assert pred.sql == pg_good and pg.execute(pred.sql).rows[0][0] == 6
-        assert "postgres" in prompts(lm)[0]
+        assert "Using valid PostgreSQL" in prompts(lm)[0]
         assert "['France']" in prompts(lm)[0]
