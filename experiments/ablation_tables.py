@@ -69,7 +69,10 @@ PAPER: dict[str, dict[str, str]] = {
         "step2_no_components": "63.95",
         "step2_no_augmentation": "62.26",
     },
-    "direct": {"full": "naive line: Spider ~64, BIRD ~25 (1.5B, random 100)"},
+    "direct": {
+        "full": "naive raw-DDL prompt, 1.5B: 53 on the Spider 100 (prompt_layout/probe4); "
+        "brief: ~64 Spider / ~25 BIRD (random 100)"
+    },
 }
 
 
