@@ -35,10 +35,6 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results" / "compile"
 
 
-def _model_tag(model: str) -> str:
-    return model.split(":")[-1].replace("/", "_").replace("qwen2.5-coder-", "")
-
-
 def _slices(args: argparse.Namespace) -> tuple[list[Any], list[Any], dict[str, list[Any]]]:
     from sqlweave.data import assert_disjoint, eval_slice, load_bird, load_spider
 
@@ -134,13 +130,15 @@ def main() -> None:
     if not args.program:
         parser.error("--program is required (or --table)")
 
+    from run_programs import model_tag  # the same file-name tags as the program tables
+
     import sqlweave.lm
     from sqlweave import api, programs
     from sqlweave.cli import parse_switches
 
     sqlweave.lm.configure(args.model)
     switches = parse_switches(args.set)
-    stem = f"{args.program}__{args.optimizer}__{_model_tag(args.model)}{args.tag}"
+    stem = f"{args.program}__{args.optimizer}__{model_tag(args.model)}{args.tag}"
     RESULTS.mkdir(parents=True, exist_ok=True)
     trainset, valset, dev = _slices(args)
 

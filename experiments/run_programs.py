@@ -44,7 +44,7 @@ def _slice(dataset: str, n: int, seed: int) -> list[Any]:
     return eval_slice(load_bird(split="dev"), n=n or None, seed=seed)
 
 
-def _model_tag(model: str) -> str:
+def model_tag(model: str) -> str:
     return model.split(":")[-1].replace("/", "_").replace("qwen2.5-coder-", "")
 
 
@@ -63,7 +63,7 @@ def run_one(
     from sqlweave.evaluate import evaluate
 
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = f"{program}__{config}__{_model_tag(model)}__{dataset}{n or 'all'}"
+    stem = f"{program}__{config}__{model_tag(model)}__{dataset}{n or 'all'}"
     jsonl = RESULTS / f"{stem}.jsonl"
     examples = _slice(dataset, n, seed)
     prog = programs.get(program, **switches)

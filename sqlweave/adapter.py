@@ -40,6 +40,7 @@ from dspy.adapters.chat_adapter import ChatAdapter
 from dspy.clients._deprecation import adapter_message_call
 from dspy.signatures.signature import Signature
 
+from sqlweave.schema import DIALECT_LABELS
 from sqlweave.sqltext import extract_sql, field_body
 
 logger = logging.getLogger(__name__)
@@ -91,13 +92,6 @@ def _comment(text: str) -> str:
 
 
 _SCHEMA_FIELDS = ("db_schema", "schema")
-_DIALECTS = {
-    "sqlite": "SQLite",
-    "postgres": "PostgreSQL",
-    "postgresql": "PostgreSQL",
-    "duckdb": "DuckDB",
-    "mysql": "MySQL",
-}
 
 
 class SQLAdapter(ChatAdapter):
@@ -211,7 +205,7 @@ class SQLAdapter(ChatAdapter):
                 comments.append(f"-- {_label(name)}:\n{_comment(text)}")
             else:
                 comments.append(f"-- {_label(name)}: {text}")
-        engine = _DIALECTS.get(dialect.lower(), dialect) if dialect else "SQL"
+        engine = DIALECT_LABELS.get(dialect.lower(), dialect) if dialect else "SQL"
         ask = (
             f"-- Using valid {engine}, answer the following question for the tables provided above."
         )

@@ -671,7 +671,14 @@ def render_ddl_with_rows(
     return "\n\n".join(blocks)
 
 
-_DIALECT_LABEL = {"sqlite": "SQLite", "postgres": "PostgreSQL", "duckdb": "DuckDB"}
+#: How each dialect is named in prompts ("Using valid PostgreSQL, …").
+DIALECT_LABELS = {
+    "sqlite": "SQLite",
+    "postgres": "PostgreSQL",
+    "postgresql": "PostgreSQL",
+    "duckdb": "DuckDB",
+    "mysql": "MySQL",
+}
 
 
 def render_pet(
@@ -690,7 +697,7 @@ def render_pet(
     then, with ``include_fks`` (FK), ``# t(col) REFERENCES t2(col);`` lines.
     """
     schema = _apply(schema, subset)
-    label = _DIALECT_LABEL.get(schema.dialect, schema.dialect)
+    label = DIALECT_LABELS.get(schema.dialect, schema.dialect)
     lines = [f"### {label} SQL tables, with their properties:", "#"]
     for table in schema.tables:
         cols = ", ".join(ident(c.name) for c in table.columns)
