@@ -89,6 +89,35 @@ def _field(example: Any, key: str) -> Any:
 # --- v1 -------------------------------------------------------------------------------------------
 
 
+def _draft_then_fix(
+    generate: dspy.Predict,
+    fixer: CorrectionLoop | None,
+    *,
+    db: Database,
+    schema_text: str,
+    question: str,
+    evidence: str,
+    demos: list[Any] | None = None,
+) -> tuple[str, str, str, int, list[Any]]:
+    """Both versions' core: one generation call, then ``fixer`` (if any) on the draft.
+
+    Returns ``(draft, raw, sql, correction rounds, correction history)``.
+    """
+    per_call = {} if demos is None else {"demos": demos}
+    draft, raw = predict_sql(
+        generate,
+        **per_call,
+        dialect=db.dialect,
+        db_schema=schema_text,
+        question=question,
+        evidence=evidence,
+    )
+    if fixer is None:
+        return draft, raw, draft, 0, []
+    fixed = fixer(sql=draft, db=db, question=question, evidence=evidence, db_schema=schema_text)
+    return draft, raw, fixed.sql, fixed.rounds, fixed.history
+
+
 class DuboV1(SQLProgram):
     """Dubo-SQL v1: concise DDL with sample rows + evidence + question → bare SQL; one retry.
 
@@ -174,19 +203,14 @@ class DuboV1(SQLProgram):
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         """One generation call, then (``retry_on_error``) one correction call if the SQL fails."""
         schema_text, rows = self.schema_text(db)
-        draft, raw = predict_sql(
+        draft, raw, sql, rounds, history = _draft_then_fix(
             self.generate,
-            dialect=db.dialect,
-            db_schema=schema_text,
+            self.retry if self.retry_on_error else None,
+            db=db,
+            schema_text=schema_text,
             question=question,
             evidence=evidence,
         )
-        sql, rounds, history = draft, 0, []
-        if self.retry_on_error:
-            fixed = self.retry(
-                sql=draft, db=db, question=question, evidence=evidence, db_schema=schema_text
-            )
-            sql, rounds, history = fixed.sql, fixed.rounds, fixed.history
         return dspy.Prediction(
             sql=sql,
             draft_sql=draft,
@@ -387,20 +411,15 @@ class DuboV2(SQLProgram):
         found, retrieved = self.retrieve_demos(question, db, evidence)
         demos = list(self.generate.demos) + retrieved
         with self._answer_format():
-            draft, raw = predict_sql(
+            draft, raw, sql, rounds, history = _draft_then_fix(
                 self.generate,
-                demos=demos,
-                dialect=db.dialect,
-                db_schema=schema_text,
+                self.correction if self.error_correction else None,
+                db=db,
+                schema_text=schema_text,
                 question=question,
                 evidence=evidence,
+                demos=demos,
             )
-            sql, rounds, history = draft, 0, []
-            if self.error_correction:
-                fixed = self.correction(
-                    sql=draft, db=db, question=question, evidence=evidence, db_schema=schema_text
-                )
-                sql, rounds, history = fixed.sql, fixed.rounds, fixed.history
         return dspy.Prediction(
             sql=sql,
             draft_sql=draft,
