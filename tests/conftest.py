@@ -15,6 +15,24 @@ import pytest
 
 from sqlweave.db import Database
 
+#: The concert_singer database shipped inside the package (the demo bundle), present in every
+#: checkout and install, unlike ``../shared/data``.
+DEMO_CONCERT_DB = (
+    Path(__file__).resolve().parents[1]
+    / "sqlweave"
+    / "demo"
+    / "spider"
+    / "database"
+    / "concert_singer"
+    / "concert_singer.sqlite"
+)
+
+
+@pytest.fixture(scope="session")
+def demo_concert_db() -> Path:
+    """The bundled concert_singer database (read it only; copy it to change it)."""
+    return DEMO_CONCERT_DB
+
 
 def _data_root() -> Path:
     env = os.environ.get("SQLWEAVE_DATA")

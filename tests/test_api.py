@@ -17,20 +17,10 @@ import sqlweave
 from sqlweave.data import load_spider
 from sqlweave.db import ExecutionError
 
-DEMO_DB = (
-    Path(__file__).resolve().parents[1]
-    / "sqlweave"
-    / "demo"
-    / "spider"
-    / "database"
-    / "concert_singer"
-    / "concert_singer.sqlite"
-)
-
 
 @pytest.fixture()
-def db_file(tmp_path: Path) -> Path:
-    return Path(shutil.copy(DEMO_DB, tmp_path / "concert_singer.sqlite"))
+def db_file(tmp_path: Path, demo_concert_db: Path) -> Path:
+    return Path(shutil.copy(demo_concert_db, tmp_path / "concert_singer.sqlite"))
 
 
 @pytest.fixture()

@@ -58,16 +58,6 @@ from dspy.utils import DummyLM  # noqa: E402
 
 from sqlweave.cli import parse_switches  # noqa: E402
 
-CONCERT = (
-    Path(__file__).resolve().parents[1]
-    / "sqlweave"
-    / "demo"
-    / "spider"
-    / "database"
-    / "concert_singer"
-    / "concert_singer.sqlite"
-)
-
 
 @pytest.fixture()
 def dummy_model(monkeypatch: pytest.MonkeyPatch):
@@ -96,13 +86,17 @@ def test_set_values_are_typed() -> None:
     }
 
 
-def test_unknown_switch_is_a_clear_error(dummy_model: dict) -> None:
+def test_unknown_switch_is_a_clear_error(dummy_model: dict, demo_concert_db: Path) -> None:
     dummy_model["lm"] = DummyLM([])
-    result = runner.invoke(app, ["ask", "How many?", "--db", str(CONCERT), "--set", "bogus=1"])
+    result = runner.invoke(
+        app, ["ask", "How many?", "--db", str(demo_concert_db), "--set", "bogus=1"]
+    )
     assert result.exit_code == 2 and "bogus" in result.output and "Traceback" not in result.output
 
 
-def test_compile_inspect_ask_evaluate(dummy_model: dict, spider_root: Path, tmp_path: Path) -> None:
+def test_compile_inspect_ask_evaluate(
+    dummy_model: dict, spider_root: Path, tmp_path: Path, demo_concert_db: Path
+) -> None:
     dummy_model["lm"] = DummyLM({"": {"sql": "SELECT count(*) FROM singer"}})
     out = tmp_path / "direct.json"
     result = runner.invoke(
@@ -137,7 +131,8 @@ def test_compile_inspect_ask_evaluate(dummy_model: dict, spider_root: Path, tmp_
     assert "[generate] demos: 0 -> 2 (+2)" in result.output
 
     result = runner.invoke(
-        app, ["ask", "How many singers are there?", "--db", str(CONCERT), "--program", str(out)]
+        app,
+        ["ask", "How many singers are there?", "--db", str(demo_concert_db), "--program", str(out)],
     )
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[:3] == ["SELECT count(*) FROM singer", "count(*)", "6"]

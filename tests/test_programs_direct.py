@@ -14,21 +14,11 @@ from sqlweave import programs
 from sqlweave.db import Database
 from sqlweave.optimizers import ArtifactError, ArtifactMeta, load_program, save_program
 
-DEMO_DB = (
-    Path(__file__).resolve().parents[1]
-    / "sqlweave"
-    / "demo"
-    / "spider"
-    / "database"
-    / "concert_singer"
-    / "concert_singer.sqlite"
-)
-
 
 @pytest.fixture()
-def db(tmp_path: Path) -> Database:
+def db(tmp_path: Path, demo_concert_db: Path) -> Database:
     copy = tmp_path / "concert_singer.sqlite"
-    shutil.copy(DEMO_DB, copy)
+    shutil.copy(demo_concert_db, copy)
     return Database.open(copy)
 
 
