@@ -7,6 +7,7 @@ from typing import Any
 from sqlweave.programs.base import SQLProgram, resolve_database
 
 _REGISTRY: dict[str, str] = {
+    "naive": "sqlweave.programs.naive:NaiveSQL",
     "direct": "sqlweave.programs.direct:DirectSQL",
     "sea": "sqlweave.programs.sea:SEASQL",
     "pet": "sqlweave.programs.pet:PETSQL",
@@ -15,6 +16,7 @@ _REGISTRY: dict[str, str] = {
     "dubo_v1": "sqlweave.programs.dubo:DuboV1",
     "dubo_v2": "sqlweave.programs.dubo:DuboV2",
     "rsl": "sqlweave.programs.rsl:RSLSQL",
+    "weave": "sqlweave.programs.weave:WeaveSQL",
 }
 
 

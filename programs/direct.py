@@ -14,17 +14,33 @@ from sqlweave.signatures import GenerateSQL
 
 
 class DirectSQL(SQLProgram):
-    """Full DDL schema + question (+ evidence) → SQL in one call."""
+    """Full DDL schema + question (+ evidence) → SQL in one call.
+
+    ``schema_layout``: ``native`` (the database's own CREATE TABLE statements; chosen on the
+    ``spider-train-val`` slice, see README), ``compact`` or ``pretty`` (sqlweave's renderings).
+    """
 
     name = "direct"
-    ABLATIONS = {"full": {}}
+    ABLATIONS = {"full": {}, "compact_schema": {"schema_layout": "compact"}}
+    SCHEMA_LAYOUTS = ("native", "compact", "pretty")
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, schema_layout: str = "native") -> None:
+        if schema_layout not in self.SCHEMA_LAYOUTS:
+            raise ValueError(
+                f"unknown schema_layout {schema_layout!r}; "
+                f"choose one of {', '.join(self.SCHEMA_LAYOUTS)}"
+            )
+        super().__init__(schema_layout=schema_layout)
+        self.schema_layout = schema_layout
         self.generate = dspy.Predict(GenerateSQL)
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
-        schema_text = render_ddl(introspect(db))
+        if self.schema_layout == "native":
+            from sqlweave.programs.naive import native_ddl
+
+            schema_text = native_ddl(db)
+        else:
+            schema_text = render_ddl(introspect(db), layout=self.schema_layout)
         sql, raw = predict_sql(
             self.generate,
             dialect=db.dialect,

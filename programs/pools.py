@@ -21,16 +21,25 @@ logger = logging.getLogger(__name__)
 
 @functools.lru_cache(maxsize=8)
 def _load(source: str, root: str | None) -> tuple[dspy.Example, ...]:
-    from sqlweave.data import load_bird, load_spider
+    from sqlweave.data import demo_pool_exclusions, load_bird, load_spider
 
     loader = load_bird if source == "bird" else load_spider
-    examples = loader(split="train", root=root)
-    logger.info("demo pool: %d %s train examples", len(examples), source)
+    held_out = demo_pool_exclusions()
+    examples = [ex for ex in loader(split="train", root=root) if ex.db_id not in held_out]
+    logger.info(
+        "demo pool: %d %s train examples (%d validation databases held out)",
+        len(examples),
+        source,
+        len(held_out),
+    )
     return tuple(examples)
 
 
 def default_pool(source: str = "spider", root: str | Path | None = None) -> list[dspy.Example]:
     """The train examples of ``source`` (``spider`` or ``bird``) from the resolved data root.
+
+    The databases of the ``spider-train-val`` slice are left out, so a choice validated on that
+    slice was made on databases the demos never saw, as dev's are.
 
     Falls back to the Spider train pool when no BIRD train set is available.
     """

@@ -1,8 +1,12 @@
 """DSPy Signatures: what each LM call of a sqlweave program takes and gives."""
 
-from sqlweave.signatures.generation import GenerateSQL, GenerateSQLWithHints
+from sqlweave.signatures.generation import (
+    GenerateSQL,
+    GenerateSQLFromExamples,
+    GenerateSQLWithHints,
+)
 
-__all__ = ["GenerateSQL", "GenerateSQLWithHints"]
+__all__ = ["GenerateSQL", "GenerateSQLFromExamples", "GenerateSQLWithHints"]
 from sqlweave.signatures.correction import CorrectSQL, ReflectOnError  # noqa: E402
 from sqlweave.signatures.extraction import ExtractElements  # noqa: E402
 from sqlweave.signatures.linking import LinkSchema  # noqa: E402

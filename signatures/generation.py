@@ -33,3 +33,19 @@ class GenerateSQLWithHints(GenerateSQL):
     hints: str = dspy.InputField(
         desc="advice from earlier steps: likely columns, conditions, SQL keywords; may be empty"
     )
+
+
+class GenerateSQLFromExamples(GenerateSQL):
+    """Reply with one read-only SQL query that answers the question, and nothing else."""
+
+    # The examples and values are plain text, not DSPy demos, so the SQL-script layout keeps the
+    # schema first: every call on one database (greedy, samples, the next question) then shares
+    # the schema's KV cache, and only the short tail differs.
+
+    examples: str = dspy.InputField(
+        desc="solved questions from other databases with their SQL, as patterns; may be empty"
+    )
+    value_hints: str = dspy.InputField(
+        desc="stored values of this database that the question mentions, as column = value; "
+        "may be empty"
+    )

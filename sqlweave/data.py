@@ -477,3 +477,118 @@ def eval_slice(
     for k in keys:
         chosen += random.Random(f"{seed}:{k}").sample(groups[k], alloc[k])
     return [examples[i] for i in sorted(chosen)]
+
+
+# --- named slices -----------------------------------------------------------------------------
+#
+# Claims are made on a few fixed, named slices so every table in the project compares the same
+# questions. Their question ids are committed (``sqlweave/slices/<name>.json``) so a figure can be
+# traced to its questions even if a loader or the bundled data changes; :func:`build_slice_ids`
+# recomputes them and a test checks the two agree.
+
+SLICES_DIR = Path(__file__).with_name("slices")
+#: ``name -> (benchmark, split)``.
+SLICES: dict[str, tuple[str, str]] = {
+    "spider-dev-200": ("spider", "dev"),
+    "bird-52": ("bird", "dev"),
+    "spider-train-val": ("spider", "train"),
+}
+#: How many train databases (at least) and questions make up ``spider-train-val``.
+TRAIN_VAL_MIN_QUESTIONS = 300
+TRAIN_VAL_SIZE = 200
+
+
+def train_val_databases(train: Sequence[Any]) -> list[str]:
+    """The Spider train databases held out for validation (seed 0), in draw order.
+
+    Databases are drawn in a seeded random order until they hold at least
+    :data:`TRAIN_VAL_MIN_QUESTIONS` questions. Validation on *unseen databases* is what makes a
+    choice made on it carry over to dev, whose databases are never in train.
+    """
+    sizes: dict[str, int] = defaultdict(int)
+    for ex in train:
+        sizes[ex.db_id] += 1
+    order = sorted(sizes)
+    random.Random("spider-train-val:0").shuffle(order)
+    chosen, total = [], 0
+    for db_id in order:
+        if total >= TRAIN_VAL_MIN_QUESTIONS:
+            break
+        chosen.append(db_id)
+        total += sizes[db_id]
+    return chosen
+
+
+def build_slice_ids(name: str, root: str | Path | None = None) -> list[str]:
+    """Recompute the question ids of the slice ``name`` from the data (what the files hold)."""
+    if name == "spider-dev-200":
+        # Not stratified: a plain random sample, so figures compare with published full-dev ones.
+        picked = eval_slice(load_spider("dev", root=root), n=200, seed=0, stratify=None)
+    elif name == "bird-52":
+        picked = load_bird("dev", root=root)
+    elif name == "spider-train-val":
+        train = load_spider("train", root=root)
+        held = set(train_val_databases(train))
+        picked = eval_slice(
+            [ex for ex in train if ex.db_id in held], n=TRAIN_VAL_SIZE, seed=0, stratify=None
+        )
+    else:
+        raise DataError(None, f"unknown slice {name!r}; choose from {', '.join(SLICES)}")
+    return [str(ex.question_id) for ex in picked]
+
+
+def slice_ids(name: str) -> list[str]:
+    """The committed question ids of the slice ``name`` (no benchmark data needed)."""
+    if name not in SLICES:
+        raise DataError(None, f"unknown slice {name!r}; choose from {', '.join(SLICES)}")
+    path = SLICES_DIR / f"{name}.json"
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise DataError(path, f"cannot read the slice file: {err}") from err
+    return [str(i) for i in payload["question_ids"]]
+
+
+def load_slice(name: str, root: str | Path | None = None) -> list[dspy.Example]:
+    """The examples of the named slice, in the committed order.
+
+    ``spider-dev-200`` (200 random Spider dev questions, seed 0), ``bird-52`` (every bundled BIRD
+    question), ``spider-train-val`` (200 train questions on train databases that
+    :func:`demo_pool_exclusions` keeps out of every default demo pool).
+    """
+    ids = slice_ids(name)
+    benchmark, split = SLICES[name]
+    loader = load_spider if benchmark == "spider" else load_bird
+    by_id = {str(ex.question_id): ex for ex in loader(split, root=root)}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise DataError(
+            None,
+            f"slice {name!r}: {len(missing)} question id(s) are not in the loaded data "
+            f"(e.g. {missing[0]}); is this the bundled {benchmark} {split} set?",
+        )
+    return [by_id[i] for i in ids]
+
+
+def demo_pool_exclusions() -> frozenset[str]:
+    """Database ids no default demo pool may use: those of the ``spider-train-val`` slice."""
+    path = SLICES_DIR / "spider-train-val.json"
+    try:
+        return frozenset(json.loads(path.read_text(encoding="utf-8"))["databases"])
+    except (OSError, ValueError, KeyError):
+        return frozenset()
+
+
+def write_slice_files(root: str | Path | None = None) -> list[Path]:
+    """(Re)write ``sqlweave/slices/*.json`` from the data; used once, kept for transparency."""
+    SLICES_DIR.mkdir(exist_ok=True)
+    written = []
+    for name, (benchmark, split) in SLICES.items():
+        payload: dict[str, Any] = {"name": name, "benchmark": benchmark, "split": split}
+        if name == "spider-train-val":
+            payload["databases"] = train_val_databases(load_spider("train", root=root))
+        payload["question_ids"] = build_slice_ids(name, root=root)
+        path = SLICES_DIR / f"{name}.json"
+        path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        written.append(path)
+    return written

@@ -295,6 +295,21 @@ class ValueIndex:
                 out[key] = chosen
         return out
 
+    def mentioned(self, question: str, *, limit: int = 8) -> list[tuple[str, str, str]]:
+        """Stored values that occur verbatim in ``question`` (ignoring case), longest first, as
+        ``(table, column, value)``; at most ``limit``.
+
+        This is the cheap, high-precision half of :meth:`retrieve`: a question that names
+        "Jetblue Airways" gets the stored spelling "JetBlue Airways" and its column, which is what
+        a small model most often gets wrong in a WHERE clause.
+        """
+        out: list[tuple[str, str, str]] = []
+        for column, docs in self._bridge(question).items():
+            table, name = self.columns[column]
+            out.extend((table, name, self.values_list[d]) for d in docs)
+        out.sort(key=lambda t: -len(t[2]))
+        return out[:limit]
+
     @staticmethod
     def _top(scores: np.ndarray, lo: int, hi: int, k: int, top_k: int) -> list[int]:
         """Document ids of the best positive scores in [lo, hi), ties broken by position."""

@@ -1,0 +1,88 @@
+"""``naive``: the 20-line reference prompt every table reports first.
+
+A framework that cannot beat what a user writes in five minutes has not earned its calls, so this
+reproduces that prompt exactly and goes through the same LM, cache and usage tracking as every
+other program (the comparison is then prompt against prompt, not runtime against runtime):
+
+* system: ``You write one SQLite query that answers the question. Reply with the SQL only.``
+* user: the database's own ``CREATE TABLE`` statements (SQLite's ``sqlite_master``, in creation
+  order, one per line), a blank line, ``Question: <question>`` and, with evidence,
+  ``\\nHint: <evidence>``;
+* greedy, 256 new tokens; the SQL is the fenced block if there is one, else the whole reply.
+
+On PostgreSQL or DuckDB, which keep no DDL text, the statements are rendered from introspection and
+the system message names the dialect.
+"""
+
+from __future__ import annotations
+
+import re
+
+import dspy
+
+from sqlweave.db import Database, ExecutionError
+from sqlweave.programs.base import SQLProgram
+from sqlweave.schema import DIALECT_LABELS, introspect, render_ddl
+
+_FENCE = re.compile(r"```[A-Za-z]*\s*(.*?)```", re.S)
+
+SYSTEM = "You write one {dialect} query that answers the question. Reply with the SQL only."
+MAX_TOKENS = 256
+
+
+def native_ddl(db: Database) -> str:
+    """The database's own CREATE TABLE statements (SQLite), else DDL rendered from introspection."""
+    if db.dialect == "sqlite":
+        try:
+            result = db.execute(
+                "SELECT sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY rowid",
+                use_cache=True,
+            )
+            statements = [str(row[0]).strip() for row in result.rows]
+            if statements:
+                return "\n".join(statements)
+        except ExecutionError:
+            pass
+    return render_ddl(introspect(db), layout="pretty")
+
+
+def reply_sql(reply: str) -> str:
+    """The reference script's extraction: the first fenced block, else the whole reply."""
+    fenced = _FENCE.search(reply)
+    return (fenced.group(1) if fenced else reply).strip()
+
+
+def naive_messages(db: Database, question: str, evidence: str = "") -> list[dict[str, str]]:
+    """The reference chat messages for one question."""
+    dialect = DIALECT_LABELS.get(db.dialect, db.dialect)
+    user = f"{native_ddl(db)}\n\nQuestion: {question}"
+    if evidence:
+        user += f"\nHint: {evidence}"
+    return [
+        {"role": "system", "content": SYSTEM.format(dialect=dialect)},
+        {"role": "user", "content": user},
+    ]
+
+
+class NaiveSQL(SQLProgram):
+    """The reference prompt (see the module docstring): one greedy call, no demos, no repair.
+
+    It has no DSPy predictor, so optimizers leave it as it is: it is the fixed line others are
+    measured against.
+    """
+
+    name = "naive"
+    ABLATIONS = {"full": {}}
+
+    def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
+        lm = dspy.settings.lm
+        if lm is None:
+            raise RuntimeError(
+                "no LM configured: call sqlweave.configure() or dspy.configure(lm=...)"
+            )
+        messages = naive_messages(db, question, evidence)
+        outputs = lm(messages=messages, temperature=0.0, max_tokens=MAX_TOKENS)
+        first = outputs[0] if outputs else ""
+        raw = first.get("text", "") if isinstance(first, dict) else str(first or "")
+        return dspy.Prediction(sql=reply_sql(raw), raw=raw, stages=["generate"])

@@ -1,0 +1,215 @@
+"""``weave``: the stages with the most evidence for small models, woven into one pipeline.
+
+No single paper's system; each stage is taken from the seed that showed it works, keeping only
+what a 1.5B model on a laptop can use:
+
+1. **Schema** as the database's own ``CREATE TABLE`` statements, first in the prompt (the layout
+   that scored best for Qwen2.5-Coder on Spider; see :mod:`sqlweave.programs.naive`), so every call
+   on one database shares its KV cache.
+2. **Demos from train only**, chosen by *masked question* similarity (PET-SQL's question
+   de-semanticisation, the DAIL-SQL idea that MageSQL builds on): table and column names are masked
+   so "How many singers are from France?" finds "How many cars are from Japan?" in another
+   database. They are shown as question/SQL pairs after the schema (Dubo-SQL's cheap demo form).
+3. **Value hints** (RSL-SQL's and SEA-SQL's value retrieval): stored values the question names
+   verbatim, with their column, so ``Jetblue Airways`` becomes ``Airline = 'JetBlue Airways'``.
+4. **Execution-based self-consistency** (PET-SQL's cross-consistency vote, with one model): a
+   greedy query plus ``samples - 1`` samples at ``temperature``, majority vote over execution
+   results; the greedy query breaks ties.
+5. **Repair only on failure** (Dubo-SQL's execution-feedback loop): when the voted query errors or
+   returns nothing, one correction round with the error or the empty result as feedback.
+
+Every stage is a switch: ``num_demos=0``, ``value_hints=False``, ``samples=1``,
+``repair_rounds=0`` turn one off, so the ablations are configurations (:attr:`WeaveSQL.ABLATIONS`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import dspy
+
+from sqlweave.db import Database
+from sqlweave.programs.base import SQLProgram, predict_sql
+from sqlweave.programs.correction import CorrectionLoop
+from sqlweave.programs.naive import native_ddl
+from sqlweave.programs.voting import SelfConsistency, vote
+from sqlweave.signatures import GenerateSQLFromExamples
+from sqlweave.values import ValueIndex
+
+logger = logging.getLogger(__name__)
+
+DEMO_STRATEGIES = ("masked_question", "question", "jaccard", "random")
+SCHEMA_LAYOUTS = ("native", "compact")
+
+
+def format_examples(found: Iterable[Any]) -> str:
+    """Solved questions as ``Question: …`` / SQL lines, best match last (nearest the question)."""
+    blocks = []
+    for ex in reversed(list(found)):
+        question = str(ex.get("question", "")).strip()
+        sql = " ".join(str(ex.get("gold_sql", "")).split())
+        blocks.append(f"Question: {question}\n{sql}")
+    return "\n".join(blocks)
+
+
+def format_values(found: Iterable[tuple[str, str, str]]) -> str:
+    """``table.column = 'value'`` lines, one per mentioned value."""
+    lines = []
+    for table, column, value in found:
+        quoted = "'" + value.replace("'", "''") + "'"
+        lines.append(f"{table}.{column} = {quoted}")
+    return "\n".join(lines)
+
+
+class WeaveSQL(SQLProgram):
+    """Schema first, masked-question demos, value hints, execution vote, repair on failure.
+
+    ``num_demos`` train demos (``demo_strategy``: masked_question, question, jaccard, random),
+    ``value_hints`` on/off, ``samples`` candidates (1 = greedy only) at ``temperature``,
+    ``repair_rounds`` correction rounds when the chosen query fails or returns no rows.
+    ``schema_layout``: ``native`` (the database's own DDL) or ``compact`` (sqlweave's rendering).
+    ``pool``/``retriever`` replace the default Spider train pool and its retriever.
+    """
+
+    name = "weave"
+    ABLATIONS = {
+        "full": {},
+        "no_demos": {"num_demos": 0},
+        "no_values": {"value_hints": False},
+        "greedy": {"samples": 1},
+        "no_repair": {"repair_rounds": 0},
+        "zero_shot_greedy": {"num_demos": 0, "value_hints": False, "samples": 1},
+    }
+
+    def __init__(
+        self,
+        num_demos: int = 4,
+        demo_strategy: str = "masked_question",
+        value_hints: bool = True,
+        samples: int = 5,
+        temperature: float = 0.7,
+        repair_rounds: int = 1,
+        schema_layout: str = "native",
+        *,
+        pool: Iterable[dspy.Example] | None = None,
+        retriever: Any = None,
+    ) -> None:
+        if demo_strategy not in DEMO_STRATEGIES:
+            raise ValueError(
+                f"unknown demo_strategy {demo_strategy!r}; choose one of {', '.join(DEMO_STRATEGIES)}"
+            )
+        if schema_layout not in SCHEMA_LAYOUTS:
+            raise ValueError(
+                f"unknown schema_layout {schema_layout!r}; choose one of {', '.join(SCHEMA_LAYOUTS)}"
+            )
+        for name, value, low in (("num_demos", num_demos, 0), ("samples", samples, 1)):
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not isinstance(repair_rounds, int) or repair_rounds < 0:
+            raise ValueError(f"repair_rounds must be an integer >= 0, got {repair_rounds!r}")
+        if not 0 <= float(temperature) <= 2:
+            raise ValueError(f"temperature must be in [0, 2], got {temperature!r}")
+        super().__init__(
+            num_demos=num_demos,
+            demo_strategy=demo_strategy,
+            value_hints=value_hints,
+            samples=samples,
+            temperature=temperature,
+            repair_rounds=repair_rounds,
+            schema_layout=schema_layout,
+        )
+        self.num_demos = num_demos
+        self.demo_strategy = demo_strategy
+        self.value_hints = value_hints
+        self.samples = samples
+        self.temperature = float(temperature)
+        self.repair_rounds = repair_rounds
+        self.schema_layout = schema_layout
+        self.generate = dspy.Predict(GenerateSQLFromExamples)
+        self.vote = SelfConsistency(self.generate, n=samples, temperature=self.temperature)
+        self.repair = CorrectionLoop(max_rounds=repair_rounds, retry_on_empty=True)
+        self._pool = list(pool) if pool is not None else None
+        self._retriever = retriever
+
+    def retriever(self) -> Any:
+        """The demo retriever: the one given, one built over the given pool on first use, or the
+        process-wide retriever over the default train pool (never copied with the program)."""
+        if self._retriever is not None:
+            return self._retriever
+        if self._pool is None:
+            from sqlweave.programs.pools import default_retriever
+
+            return default_retriever(self.demo_strategy)
+        from sqlweave.programs.retrieval import make_retriever
+
+        self._retriever = make_retriever(self.demo_strategy, self._pool)
+        return self._retriever
+
+    def schema_text(self, db: Database) -> str:
+        if self.schema_layout == "native":
+            return native_ddl(db)
+        from sqlweave.schema import introspect, render_ddl
+
+        return render_ddl(introspect(db))
+
+    def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
+        stages: list[str] = []
+        schema = self.schema_text(db)
+
+        found: list[Any] = []
+        if self.num_demos > 0:
+            probe = {"question": question, "db_id": db.name, "evidence": evidence}
+            if getattr(db, "path", None):
+                probe["db_path"] = str(db.path)
+            found = self.retriever().retrieve(probe, self.num_demos)
+            stages.append("demos")
+
+        mentioned: list[tuple[str, str, str]] = []
+        if self.value_hints:
+            mentioned = ValueIndex.build(db).mentioned(question)
+            stages.append("values")
+
+        inputs = {
+            "dialect": db.dialect,
+            "db_schema": schema,
+            "question": question,
+            "evidence": evidence,
+            "examples": format_examples(found),
+            "value_hints": format_values(mentioned),
+        }
+        if self.samples > 1:
+            voted = self.vote(db=db, **inputs)
+            candidates = list(voted.candidates)
+            sql = voted.sql
+            stages.append("vote")
+        else:
+            sql, _ = predict_sql(self.generate, **inputs)
+            candidates = [sql]
+            stages.append("generate")
+        if not sql:
+            sql = next((c for c in candidates if c), "")
+
+        history: list[dict[str, Any]] = []
+        if self.repair_rounds > 0 and sql:
+            fixed = self.repair(
+                sql=sql, db=db, question=question, evidence=evidence, db_schema=schema
+            )
+            history = list(fixed.history)
+            if fixed.rounds:
+                stages.append("repair")
+            sql = fixed.sql
+
+        return dspy.Prediction(
+            sql=sql,
+            stages=stages,
+            candidates=candidates,
+            demos=[str(ex.get("question", "")) for ex in found],
+            value_hints=[f"{t}.{c} = {v}" for t, c, v in mentioned],
+            history=history,
+            schema=schema,
+        )
+
+
+__all__ = ["WeaveSQL", "format_examples", "format_values", "vote"]
