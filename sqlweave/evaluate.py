@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from sqlweave.data import BIRD_LEVELS, SPIDER_LEVELS, open_database
 from sqlweave.metrics import check_execution, pred_sql_of, semantics_for
+from sqlweave.stats import bootstrap_ci, outcomes_by_id, paired
 
 logger = logging.getLogger(__name__)
 
@@ -265,15 +266,40 @@ def _level_order(level: str) -> tuple[int, str]:
     return (known.index(level), level) if level in known else (len(known), level)
 
 
+def _interval(outcomes: Sequence[bool]) -> list[float]:
+    ci = bootstrap_ci(outcomes)
+    return [ci.low, ci.high]
+
+
+def compare(
+    records: Sequence[dict[str, Any]], baseline: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """Paired comparison of a run against a baseline run on the questions both answered:
+    ``{"n", "ex", "ex_baseline", "delta", "delta_interval", "only_run", "only_baseline", "p"}``
+    (McNemar's exact p-value, paired bootstrap interval of the difference)."""
+    result = paired(outcomes_by_id(records), outcomes_by_id(baseline))
+    return {
+        "n": result.n,
+        "ex": result.ex_a,
+        "ex_baseline": result.ex_b,
+        "delta": result.delta,
+        "delta_interval": [result.diff.low, result.diff.high],
+        "only_run": result.only_a,
+        "only_baseline": result.only_b,
+        "p": result.p_value,
+    }
+
+
 def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """EX overall and per difficulty, plus mean and total usage, from evaluation records."""
+    """EX overall and per difficulty (each with a 95% bootstrap ``interval``), plus mean and total
+    usage, from evaluation records."""
     n = len(records)
     correct = sum(bool(r.get("correct")) for r in records)
     levels: dict[str, list[bool]] = {}
     for r in records:
         levels.setdefault(str(r.get("difficulty") or "unknown"), []).append(bool(r.get("correct")))
     by_difficulty = {
-        level: {"ex": sum(v) / len(v), "n": len(v)}
+        level: {"ex": sum(v) / len(v), "n": len(v), "interval": _interval(v)}
         for level, v in sorted(levels.items(), key=lambda kv: _level_order(kv[0]))
     }
     totals: dict[str, float] = {"wall_seconds": sum(float(r.get("seconds") or 0) for r in records)}
@@ -283,6 +309,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 totals[key] = totals.get(key, 0) + value
     return {
         "ex": correct / n if n else 0.0,
+        "interval": _interval([bool(r.get("correct")) for r in records]),
         "n": n,
         "errors": sum(r.get("error") is not None for r in records),
         "by_difficulty": by_difficulty,
