@@ -3,27 +3,39 @@
 Generated SQL is untrusted input. It may only read, and three independent layers make sure of it:
 
 1. :func:`check_read_only` parses the text with sqlglot and accepts exactly one query statement
-   (``SELECT`` / ``WITH`` / a set operation) with no data-modifying node anywhere inside it and no
-   dangerous function call.
+   (``SELECT`` / ``WITH`` / ``VALUES`` / a set operation; on DuckDB also ``DESCRIBE``,
+   ``SUMMARIZE`` and ``PIVOT``) with no data-modifying node anywhere inside it and no dangerous
+   function call. The text is bounded in length and nesting first, so parsing is fast and cannot
+   overflow the stack.
 2. The engine itself refuses writes: SQLite files are opened ``mode=ro`` with an authorizer that
    denies every write, ``ATTACH`` and ``PRAGMA``; PostgreSQL runs each query in a ``READ ONLY``
-   transaction that is always rolled back; DuckDB files are opened ``read_only``.
-3. Timeouts really stop the query: a SQLite progress handler aborts the VM, PostgreSQL uses
-   ``statement_timeout``, DuckDB is interrupted from a timer.
+   transaction that is always rolled back, admits only functions the server's own catalog marks
+   immutable or stable (less a deny list, see :data:`PG_DENIED_FUNCTIONS`), and refuses superuser
+   connections unless asked; DuckDB files are opened ``read_only`` without external access.
+3. Resources are bounded: the timeout covers parsing and execution (a SQLite progress handler plus
+   a wall-clock watchdog calling ``interrupt()``, PostgreSQL's ``statement_timeout``, DuckDB's
+   ``interrupt()``), results are capped in rows and in bytes, SQLite values in length and SQLite's
+   heap in size, DuckDB's memory in size.
 
-Successful results are cached per (database, SQL, row cap), so evaluating the same gold query many
-times costs one execution.
+Successful results are cached per (database, SQL, row cap, byte cap), so evaluating the same gold
+query many times costs one execution. See ``docs/security.md`` for the threat model.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import heapq
+import itertools
 import logging
+import math
+import random
 import re
 import sqlite3
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,12 +43,23 @@ from typing import Any
 import sqlalchemy as sa
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects import Dialect
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_ROWS = 10_000
+#: Largest result (sum of value sizes) a query may return; larger results are truncated.
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+
+#: Longest SQL text accepted. Parsing is linear but slow in Python (~8 µs a character), so this
+#: also bounds the parse time that counts against the timeout to well under a second.
+MAX_SQL_CHARS = 50_000
+#: Deepest nesting of parentheses and CASE expressions accepted. sqlglot's recursive-descent
+#: parser overflows Python's stack at about 45 levels; real queries stay under 10.
+MAX_NESTING = 32
 
 #: Function names refused anywhere in a query: they read files, load code, change settings or
 #: talk to other servers.
@@ -63,6 +86,7 @@ FORBIDDEN_FUNCTIONS = frozenset(
         "pg_reload_conf",
         "pg_rotate_logfile",
         "set_config",
+        "setseed",  # DuckDB keeps the seed on the pooled connection
         "nextval",
         "setval",
         "pg_advisory_lock",
@@ -87,8 +111,92 @@ FORBIDDEN_PREFIXES = ("pg_advisory", "pg_try_advisory", "pragma_")
 #: operator runs the built-in glob() function, and gold queries use it.
 _SQLITE_FORBIDDEN_FUNCTIONS = FORBIDDEN_FUNCTIONS - {"glob"}
 
-#: Largest string or blob an untrusted SQLite query may build (randomblob(1e9) and the like).
-SQLITE_MAX_LENGTH = 100_000_000
+#: Largest string or blob an untrusted SQLite query may build or read. A single SQLite
+#: instruction (replace(), printf(), randomblob()) costs time in proportion to it and is never
+#: interrupted midway, so this also bounds how far past its timeout a query can run.
+SQLITE_MAX_LENGTH = 1_000_000
+#: Process-wide cap on SQLite's heap (sqlite3_hard_heap_limit64), set on the first SQLite open
+#: unless a lower one is already in force; allocations beyond it fail with "out of memory".
+SQLITE_HEAP_LIMIT = 1024 * 1024 * 1024
+#: SQLite virtual-machine instructions between two progress-handler calls.
+SQLITE_PROGRESS_STEPS = 1_000
+#: Idle SQLite connections kept per database for reuse; busy ones are not counted.
+SQLITE_MAX_IDLE = 8
+#: DuckDB's own memory limit for one database handle.
+DUCKDB_MEMORY_LIMIT = "1GB"
+
+#: PostgreSQL functions refused even though the catalog marks them immutable or stable: they run
+#: SQL given as text (the read-only transaction does not cover what that SQL calls), dump whole
+#: schemas, assign transaction ids or load libraries.
+PG_DENIED_FUNCTIONS = frozenset(
+    {
+        "query_to_xml",
+        "query_to_xml_and_xmlschema",
+        "query_to_xmlschema",
+        "cursor_to_xml",
+        "cursor_to_xmlschema",
+        "table_to_xml",
+        "table_to_xml_and_xmlschema",
+        "table_to_xmlschema",
+        "schema_to_xml",
+        "schema_to_xml_and_xmlschema",
+        "schema_to_xmlschema",
+        "database_to_xml",
+        "database_to_xml_and_xmlschema",
+        "database_to_xmlschema",
+        "ts_stat",
+        "ts_rewrite",
+        "txid_current",
+        "txid_current_if_assigned",
+        "pg_current_xact_id",
+        "pg_current_xact_id_if_assigned",
+        "fmgr_c_validator",
+        "fmgr_internal_validator",
+        "fmgr_sql_validator",
+        "pg_cursor",
+        "set_config",
+        "setseed",
+    }
+)
+#: Name prefixes refused on PostgreSQL whatever the catalog says (extensions, admin functions).
+PG_DENIED_PREFIXES = (
+    "dblink",
+    "lo_",
+    "pg_advisory",
+    "pg_try_advisory",
+    "pg_read",
+    "pg_ls_",
+    "pg_stat_reset",
+    "pg_create_",
+    "pg_drop_",
+    "pg_replication",
+    "pg_logical",
+    "pg_backup",
+    "pg_switch",
+    "pg_terminate",
+    "pg_cancel",
+    "pg_reload",
+    "pg_rotate",
+    "pg_promote",
+    "pg_import",
+    "pg_file",
+    "pg_log_",
+    "pg_notify",
+    "binary_upgrade",
+)
+#: Volatile PostgreSQL functions admitted all the same: no effect beyond the query itself.
+PG_HARMLESS_VOLATILE = frozenset(
+    {
+        "random",
+        "random_normal",
+        "clock_timestamp",
+        "timeofday",
+        "gen_random_uuid",
+        "pg_sleep",
+        "pg_sleep_for",
+        "pg_sleep_until",
+    }
+)
 
 #: sqlglot node types that modify data, schema, settings or sessions.
 _WRITE_NODES: tuple[type[exp.Expression], ...] = tuple(
@@ -123,7 +231,16 @@ _WRITE_NODES: tuple[type[exp.Expression], ...] = tuple(
     if hasattr(exp, name)
 )
 
-_QUERY_ROOTS: tuple[type[exp.Expression], ...] = (exp.Select, exp.SetOperation, exp.Subquery)
+_QUERY_ROOTS: tuple[type[exp.Expression], ...] = (
+    exp.Select,
+    exp.SetOperation,
+    exp.Subquery,
+    exp.Values,
+)
+#: Harmless reads that only DuckDB has.
+_DUCKDB_QUERY_ROOTS: tuple[type[exp.Expression], ...] = tuple(
+    getattr(exp, name) for name in ("Describe", "Summarize", "Pivot") if hasattr(exp, name)
+)
 
 
 class ExecutionError(Exception):
@@ -158,7 +275,7 @@ class ExecutionError(Exception):
 
 @dataclass(frozen=True)
 class QueryResult:
-    """Columns and rows of a finished query. ``truncated`` is set when ``max_rows`` cut it."""
+    """Columns and rows of a finished query. ``truncated`` is set when a row or byte cap cut it."""
 
     columns: tuple[str, ...]
     rows: tuple[tuple[Any, ...], ...]
@@ -194,22 +311,57 @@ def _refuse(message: str, sql: str) -> ExecutionError:
     return ExecutionError("not_read_only", message, sql)
 
 
+# --- the query check (layer 1) -------------------------------------------------------------------
+
+_OPENERS = frozenset({TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.CASE})
+_CLOSERS = frozenset({TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.END})
+
+
+def _check_size(sql: str, dialect: str) -> None:
+    """Refuse text too long to parse quickly or nested too deeply for sqlglot's parser."""
+    if len(sql) > MAX_SQL_CHARS:
+        raise ExecutionError(
+            "runtime", f"query too long ({len(sql):,} characters; at most {MAX_SQL_CHARS:,})", sql
+        )
+    try:
+        tokens = Dialect.get_or_raise(dialect).tokenize(sql)
+    except (TokenError, ValueError) as err:
+        raise ExecutionError("syntax", _first_line(str(err)), sql) from err
+    depth = deepest = 0
+    for token in tokens:
+        if token.token_type in _OPENERS:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token.token_type in _CLOSERS:
+            depth -= 1
+    if deepest > MAX_NESTING:
+        raise ExecutionError(
+            "syntax", f"query nested too deeply ({deepest} levels; at most {MAX_NESTING})", sql
+        )
+
+
 def check_read_only(sql: str, dialect: str = "sqlite") -> exp.Expression:
     """Parse ``sql`` and return its AST if it is exactly one read-only query.
 
-    Raises :class:`ExecutionError` (kind ``syntax`` or ``not_read_only``) otherwise. The check is
+    Raises :class:`ExecutionError` (kind ``syntax``, ``runtime`` for a text over
+    :data:`MAX_SQL_CHARS`, or ``not_read_only``) otherwise, never another exception. The check is
     the first of three layers; the engine-level guards stand even where sqlglot misreads a query.
     """
     if not sql or not sql.strip():
         raise ExecutionError("syntax", "empty query", sql)
+    _check_size(sql, dialect)
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
     except (ParseError, TokenError) as err:
         raise ExecutionError("syntax", _describe_parse_error(err), sql) from err
+    except RecursionError as err:
+        # Unary chains (NOT NOT NOT ...) nest without parentheses; the stack still overflows.
+        raise ExecutionError("syntax", "query nested too deeply to parse", sql) from err
     if len(statements) != 1:
         raise _refuse(f"expected exactly one statement, got {len(statements)}", sql)
     tree = statements[0]
-    if not isinstance(tree, _QUERY_ROOTS):
+    roots = _QUERY_ROOTS + (_DUCKDB_QUERY_ROOTS if dialect == "duckdb" else ())
+    if not isinstance(tree, roots):
         raise _refuse(f"only SELECT queries may run, not {tree.key.upper()}", sql)
     for node in tree.walk():
         if isinstance(node, _WRITE_NODES):
@@ -274,6 +426,20 @@ def classify_error(message: str) -> str:
     return "runtime"
 
 
+def _check_limits(timeout_s: float, max_rows: int | None, max_bytes: int | None) -> None:
+    """Refuse limits that would switch a guard off (NaN compares false with everything)."""
+    if not isinstance(timeout_s, int | float) or not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise ValueError(
+            f"timeout_s must be a positive finite number of seconds, not {timeout_s!r}"
+        )
+    for label, value in (("max_rows", max_rows), ("max_bytes", max_bytes)):
+        if value is not None and (not isinstance(value, int) or value < 0):
+            raise ValueError(f"{label} must be None or a non-negative integer, not {value!r}")
+
+
+# --- results ------------------------------------------------------------------------------------
+
+
 def _normalize_row(row: tuple[Any, ...] | Any) -> tuple[Any, ...]:
     """Plain Python values: memoryview → bytes, Decimal → float, so results compare across engines."""
     out = []
@@ -286,6 +452,104 @@ def _normalize_row(row: tuple[Any, ...] | Any) -> tuple[Any, ...]:
     return tuple(out)
 
 
+def _value_bytes(value: Any) -> int:
+    if isinstance(value, str | bytes | bytearray):
+        return len(value) + 16
+    if isinstance(value, list | tuple | dict):  # DuckDB / PostgreSQL arrays and structs
+        return len(repr(value)) + 16
+    return 16
+
+
+def _fetch(
+    cursor: Any, max_rows: int | None, max_bytes: int | None = None
+) -> tuple[tuple[tuple[Any, ...], ...], bool]:
+    """Rows up to ``max_rows`` and ``max_bytes``; whether a cap cut the result short.
+
+    Rows come in batches that grow from 1, so a few huge rows never arrive all at once.
+    """
+    rows: list[tuple[Any, ...]] = []
+    size = 0
+    batch = 1
+    while True:
+        want = batch if max_rows is None else min(batch, max_rows + 1 - len(rows))
+        raw = cursor.fetchmany(want)
+        for r in raw:
+            row = _normalize_row(r)
+            size += sum(_value_bytes(v) for v in row)
+            if (max_rows is not None and len(rows) >= max_rows) or (
+                max_bytes is not None and size > max_bytes
+            ):
+                return tuple(rows), True
+            rows.append(row)
+        if len(raw) < want:
+            return tuple(rows), False
+        batch = min(batch * 2, 1024)
+
+
+# --- wall-clock watchdog --------------------------------------------------------------------------
+
+
+class _Watchdog:
+    """One daemon thread that calls ``interrupt`` callbacks when their deadlines pass.
+
+    A SQLite progress handler only runs every :data:`SQLITE_PROGRESS_STEPS` instructions and a
+    Python callback cannot run while another thread holds the GIL; ``interrupt()`` from here
+    reaches the query even then. ``disarm`` holds the same lock as the firing, so once it returns
+    the callback will not run: no stale interrupt can hit the connection's next query.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int]] = []
+        self._armed: dict[int, Callable[[], None]] = {}
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, deadline: float, callback: Callable[[], None]) -> int:
+        with self._cond:
+            token = next(self._ids)
+            self._armed[token] = callback
+            heapq.heappush(self._heap, (deadline, token))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="sqlweave-watchdog", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+            return token
+
+    def disarm(self, token: int) -> bool:
+        """Cancel; True when the callback had already fired."""
+        with self._cond:
+            return self._armed.pop(token, None) is None
+
+    def _loop(self) -> None:
+        with self._cond:
+            while True:
+                while self._heap and self._heap[0][1] not in self._armed:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._cond.wait(timeout=60)
+                    if not self._heap:
+                        self._thread = None
+                        return
+                    continue
+                deadline, token = self._heap[0]
+                now = time.monotonic()
+                if now < deadline:
+                    self._cond.wait(timeout=deadline - now)
+                    continue
+                heapq.heappop(self._heap)
+                callback = self._armed.pop(token)
+                try:
+                    callback()
+                except Exception:  # a connection closed meanwhile: nothing left to stop
+                    logger.debug("watchdog callback failed", exc_info=True)
+
+
+_WATCHDOG = _Watchdog()
+
+
 # --- SQLite engine guard ------------------------------------------------------------------------
 
 _SQLITE_ALLOWED_ACTIONS = frozenset(
@@ -296,12 +560,18 @@ _SQLITE_ALLOWED_ACTIONS = frozenset(
         getattr(sqlite3, "SQLITE_RECURSIVE", 33),
     }
 )
+_SQLITE_SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema"})
 
 
 def _untrusted_authorizer(
-    action: int, arg1: str | None, arg2: str | None, _db: Any, _trigger: Any
+    action: int, arg1: str | None, arg2: str | None, db_name: Any, _trigger: Any
 ) -> int:
     """Allow only reads and harmless function calls; deny writes, ATTACH, PRAGMA and the rest."""
+    if action == sqlite3.SQLITE_UPDATE and arg1 in _SQLITE_SCHEMA_TABLES and db_name == "main":
+        # An eponymous virtual table (json_each, json_tree) declares its columns through
+        # SQLite's CREATE TABLE parser, which asks for this. No write can follow: the file is
+        # opened mode=ro, writable_schema stays off (PRAGMA is denied) and layer 1 refuses UPDATE.
+        return sqlite3.SQLITE_OK
     if action not in _SQLITE_ALLOWED_ACTIONS:
         return sqlite3.SQLITE_DENY
     if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _SQLITE_FORBIDDEN_FUNCTIONS:
@@ -331,9 +601,37 @@ def _introspection_authorizer(
     return sqlite3.SQLITE_OK
 
 
-def _sqlite_connect(path: Path, authorizer: Any) -> sqlite3.Connection:
-    uri = f"{path.resolve().as_uri()}?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+_HEAP_LIMIT_LOCK = threading.Lock()
+_heap_limit_set = False
+
+
+def _limit_sqlite_heap() -> None:
+    """Cap SQLite's heap for the whole process (once), unless a lower cap is already set."""
+    global _heap_limit_set
+    with _HEAP_LIMIT_LOCK:
+        if _heap_limit_set:
+            return
+        _heap_limit_set = True
+        try:
+            import _sqlite3
+
+            limit = ctypes.CDLL(_sqlite3.__file__).sqlite3_hard_heap_limit64
+        except (ImportError, OSError, AttributeError):
+            logger.warning("cannot cap SQLite's heap: sqlite3_hard_heap_limit64 is unavailable")
+            return
+        limit.restype = ctypes.c_int64
+        limit.argtypes = [ctypes.c_int64]
+        current = limit(-1)
+        if current <= 0 or current > SQLITE_HEAP_LIMIT:
+            limit(SQLITE_HEAP_LIMIT)
+
+
+def _sqlite_uri(path: Path, immutable: bool) -> str:
+    return f"{path.resolve().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}"
+
+
+def _sqlite_connect(path: Path, authorizer: Any, immutable: bool = False) -> sqlite3.Connection:
+    conn = sqlite3.connect(_sqlite_uri(path, immutable), uri=True, check_same_thread=False)
     conn.text_factory = _decode_text
     conn.set_authorizer(authorizer)
     return conn
@@ -344,25 +642,162 @@ def _decode_text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
+def _wal_without_log(path: Path) -> bool:
+    """A WAL-mode file with no (or an empty) -wal beside it: every committed page is in the file.
+
+    Such a file can be opened ``immutable=1``, which reads it without creating ``-wal`` / ``-shm``
+    files; ``mode=ro`` alone would create both. With a live ``-wal`` another process may be
+    writing, so the ordinary shared read is kept.
+    """
+    with open(path, "rb") as fh:
+        header = fh.read(20)
+    if len(header) < 20 or header[18:20] != b"\x02\x02":
+        return False
+    wal = Path(f"{path}-wal")
+    return not wal.exists() or wal.stat().st_size == 0
+
+
+class _SQLitePool:
+    """Connections for untrusted queries: one per running query, a few kept idle for reuse.
+
+    Each query holds its own connection (progress handlers are per connection), so threads never
+    share one; a thread that ends leaves nothing open beyond :data:`SQLITE_MAX_IDLE` idle ones.
+    ``close`` closes idle connections at once and interrupts busy ones, which their own thread
+    closes when its query returns: closing a connection under a running statement crashes.
+    """
+
+    def __init__(self, factory: Callable[[], sqlite3.Connection], max_idle: int) -> None:
+        self._factory = factory
+        self._max_idle = max_idle
+        self._lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        self._busy: dict[int, tuple[sqlite3.Connection, int]] = {}
+        self._generation = 0
+
+    @property
+    def open_count(self) -> int:
+        with self._lock:
+            return len(self._idle) + len(self._busy)
+
+    def acquire(self) -> tuple[sqlite3.Connection, int]:
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+            generation = self._generation
+        if conn is None:
+            conn = self._factory()
+        with self._lock:
+            self._busy[id(conn)] = (conn, generation)
+        return conn, generation
+
+    def release(self, conn: sqlite3.Connection, generation: int) -> None:
+        with self._lock:
+            # Out of _busy under the lock before closing: close() interrupts only what is there.
+            self._busy.pop(id(conn), None)
+            keep = generation == self._generation and len(self._idle) < self._max_idle
+            if keep:
+                self._idle.append(conn)
+        if not keep:
+            conn.close()
+
+    def closed_since(self, generation: int) -> bool:
+        with self._lock:
+            return generation != self._generation
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+            self._generation += 1
+            for conn, _ in self._busy.values():
+                conn.interrupt()  # thread-safe; the running query returns and is closed then
+        for conn in idle:
+            conn.close()
+
+
+# --- PostgreSQL engine guard ----------------------------------------------------------------------
+
+_PG_PRIVILEGE_SQL = """
+SELECT current_user, r.rolsuper, r.rolreplication,
+       pg_catalog.pg_has_role(current_user, 'pg_read_server_files', 'MEMBER'),
+       pg_catalog.pg_has_role(current_user, 'pg_write_server_files', 'MEMBER'),
+       pg_catalog.pg_has_role(current_user, 'pg_execute_server_program', 'MEMBER'),
+       pg_catalog.pg_has_role(current_user, 'pg_signal_backend', 'MEMBER')
+FROM pg_catalog.pg_roles r WHERE r.rolname = current_user
+"""
+_PG_PRIVILEGE_NAMES = (
+    "SUPERUSER",
+    "REPLICATION",
+    "pg_read_server_files",
+    "pg_write_server_files",
+    "pg_execute_server_program",
+    "pg_signal_backend",
+)
+
+#: Every function name callable from SQL, and whether all its overloads are admitted: built in
+#: (pg_catalog) and immutable, stable or known harmless. Functions taking ``internal`` cannot be
+#: called from a query at all and are left out.
+_PG_FUNCTIONS_SQL = """
+SELECT p.proname,
+       bool_and(n.nspname = 'pg_catalog'
+                AND (p.provolatile IN ('i', 's') OR p.proname = ANY(%s)))
+FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+WHERE NOT ('pg_catalog.internal'::pg_catalog.regtype = ANY(p.proargtypes::oid[]))
+GROUP BY p.proname
+"""
+
+_WORD = re.compile(r"[^\W\d][\w$]*")
+_UNICODE_ESCAPED = re.compile(r"\bu&['\"]", re.I)
+
+
+def _pg_refuse_functions(sql: str, refused: frozenset[str]) -> None:
+    """Refuse ``sql`` if any word in it names a function PostgreSQL must not run.
+
+    Every word counts, inside string literals and comments too: no lexing, so no lexer mismatch
+    with the server can hide a call. The price is a rare false refusal (a column named
+    ``nextval``). Unicode-escaped identifiers (``U&"..."``) could spell any name and are refused.
+    """
+    if _UNICODE_ESCAPED.search(sql):
+        raise _refuse("Unicode-escaped identifiers (U&) are not allowed", sql)
+    for word in {w.lower() for w in _WORD.findall(sql)}:
+        if word in refused or word.startswith(PG_DENIED_PREFIXES):
+            raise _refuse(f"function {word}() is not allowed on PostgreSQL", sql)
+
+
+def _pg_row_capped(sql: str, max_row_bytes: int) -> str:
+    """Wrap ``sql`` so the server fails any result row larger than ``max_row_bytes``.
+
+    The CASE makes the failing cast depend on the row, so the planner cannot fold it away. A
+    subquery scan with a filter keeps the inner ORDER BY.
+    """
+    size = "pg_catalog.pg_column_size(sqlweave_q.*)"
+    return (
+        f"SELECT * FROM (\n{sql}\n) AS sqlweave_q WHERE CASE WHEN {size} > {int(max_row_bytes)} "
+        f"THEN pg_catalog.int4('sqlweave: result row of ' || {size}::text || ' bytes') = 0 "
+        "ELSE true END"
+    )
+
+
+_PG_ROW_TOO_BIG = re.compile(r"sqlweave: result row of (\d+) bytes")
+
+
 # --- Database -------------------------------------------------------------------------------------
 
 
 class _ResultCache:
-    """A small thread-safe LRU of successful results keyed by (sql, max_rows)."""
+    """A small thread-safe LRU of successful results keyed by (sql, max_rows, max_bytes)."""
 
     def __init__(self, size: int = 4096) -> None:
         self._size = size
-        self._data: OrderedDict[tuple[str, int | None], QueryResult] = OrderedDict()
+        self._data: OrderedDict[tuple[str, int | None, int | None], QueryResult] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, int | None]) -> QueryResult | None:
+    def get(self, key: tuple[str, int | None, int | None]) -> QueryResult | None:
         with self._lock:
             hit = self._data.get(key)
             if hit is not None:
                 self._data.move_to_end(key)
             return hit
 
-    def put(self, key: tuple[str, int | None], value: QueryResult) -> None:
+    def put(self, key: tuple[str, int | None, int | None], value: QueryResult) -> None:
         with self._lock:
             self._data[key] = value
             self._data.move_to_end(key)
@@ -374,22 +809,36 @@ class _ResultCache:
             self._data.clear()
 
 
+def _masked(url: str) -> str:
+    """A URL fit for an error message: any password replaced by ***."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
 class Database:
     """A read-only handle on one database. Open with :meth:`Database.open`."""
 
     def __init__(
-        self, url: str, dialect: str, name: str, engine: sa.Engine, path: Path | None = None
+        self,
+        url: str,
+        dialect: str,
+        name: str,
+        engine: sa.Engine,
+        path: Path | None = None,
+        *,
+        immutable: bool = False,
     ):
         self.url = url
         self.dialect = dialect
         self.name = name
         self.engine = engine
         self.path = path
+        self._immutable = immutable
         self._cache = _ResultCache()
-        self._local = threading.local()
-        # Every per-thread SQLite connection, so close() can close them all.
-        self._conns: list[sqlite3.Connection] = []
-        self._conns_lock = threading.Lock()
+        self._pool: _SQLitePool | None = None
+        if dialect == "sqlite":
+            self._pool = _SQLitePool(self._new_sqlite_conn, SQLITE_MAX_IDLE)
+        self._pg_refused: frozenset[str] | None = None
+        self._pg_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Database({self.name!r}, dialect={self.dialect!r})"
@@ -397,25 +846,35 @@ class Database:
     # -- construction ------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, target: str | Path, *, name: str | None = None) -> Database:
+    def open(
+        cls, target: str | Path, *, name: str | None = None, allow_superuser: bool = False
+    ) -> Database:
         """Open a SQLite file path, or a SQLAlchemy URL (``sqlite:///``, ``postgresql://``, ``duckdb:///``).
 
-        Raises :class:`ExecutionError` (kind ``connection``) with a clear message when the database is
-        missing or unreachable.
+        Raises :class:`ExecutionError` (kind ``connection``) with a one-line message when the
+        database is missing, unreachable, corrupted or the URL is malformed. A PostgreSQL role
+        with superuser-like powers (SUPERUSER, REPLICATION, server-file or signal roles) is
+        refused unless ``allow_superuser`` is true: connect as a read-only role instead (see
+        ``docs/security.md``).
         """
         text = str(target)
         if "://" not in text:
             return cls._open_sqlite(Path(text), name)
-        url = sa.engine.make_url(text)
-        backend = url.get_backend_name()
+        try:
+            url = sa.engine.make_url(text)
+            backend = url.get_backend_name()
+        except (sa.exc.ArgumentError, ValueError, TypeError) as err:
+            raise ExecutionError(
+                "connection", f"malformed database URL {_masked(text)!r}: {_first_line(str(err))}"
+            ) from err
         if backend == "sqlite":
-            if not url.database:
+            if not url.database or url.database == ":memory:":
                 raise ExecutionError(
                     "connection", "an in-memory SQLite database has nothing to read"
                 )
             return cls._open_sqlite(Path(url.database), name)
         if backend in ("postgresql", "postgres"):
-            return cls._open_postgres(url, name)
+            return cls._open_postgres(url, name, allow_superuser)
         if backend == "duckdb":
             return cls._open_duckdb(url, name)
         raise ExecutionError("connection", f"unsupported database backend {backend!r}")
@@ -424,39 +883,74 @@ class Database:
     def _open_sqlite(cls, path: Path, name: str | None) -> Database:
         if not path.is_file():
             raise ExecutionError("connection", f"SQLite database not found: {path}")
-        with open(path, "rb") as fh:
-            if fh.read(16) != b"SQLite format 3\x00":
-                raise ExecutionError("connection", f"not a SQLite database file: {path}")
+        try:
+            with open(path, "rb") as fh:
+                header = fh.read(16)
+        except OSError as err:
+            raise ExecutionError("connection", f"cannot read {path}: {err.strerror}") from err
+        if header != b"SQLite format 3\x00":
+            raise ExecutionError("connection", f"not a SQLite database file: {path}")
+        _limit_sqlite_heap()
         resolved = path.resolve()
+        immutable = _wal_without_log(resolved)
+        # A corrupted file passes the header test; reading the schema finds most damage now,
+        # with a clear message, rather than as a traceback in introspection later.
+        try:
+            probe = _sqlite_connect(resolved, _introspection_authorizer, immutable)
+            try:
+                probe.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            finally:
+                probe.close()
+        except sqlite3.Error as err:
+            raise ExecutionError(
+                "connection", f"corrupted or unreadable SQLite database {path}: {err}"
+            ) from err
+        # NullPool: every introspection call gets a connection of its own. A pooled one shared
+        # between threads deadlocks: one thread holds SQLite's connection mutex while its
+        # authorizer waits for the GIL, another holds the GIL while waiting for that mutex.
         engine = sa.create_engine(
             "sqlite://",
-            creator=lambda: _sqlite_connect(resolved, _introspection_authorizer),
-            poolclass=sa.pool.StaticPool,
+            creator=lambda: _sqlite_connect(resolved, _introspection_authorizer, immutable),
+            poolclass=sa.pool.NullPool,
         )
-        return cls(f"sqlite:///{resolved}", "sqlite", name or path.stem, engine, resolved)
+        return cls(
+            f"sqlite:///{resolved}",
+            "sqlite",
+            name or path.stem,
+            engine,
+            resolved,
+            immutable=immutable,
+        )
 
     @classmethod
-    def _open_postgres(cls, url: sa.URL, name: str | None) -> Database:
+    def _open_postgres(cls, url: sa.URL, name: str | None, allow_superuser: bool) -> Database:
         if url.drivername in ("postgresql", "postgres"):
             url = url.set(drivername="postgresql+psycopg")
+        shown = url.render_as_string(hide_password=True)
         try:
             engine = sa.create_engine(url, pool_pre_ping=True)
-            with engine.connect():
-                pass
+            with engine.connect() as conn:
+                flags = conn.exec_driver_sql(_PG_PRIVILEGE_SQL).one()
         except ModuleNotFoundError as err:
             raise ExecutionError(
                 "connection", "PostgreSQL needs the driver: pip install 'sqlweave[postgres]'"
             ) from err
-        except sa.exc.OperationalError as err:
+        except (sa.exc.SQLAlchemyError, ValueError, TypeError) as err:
+            orig = getattr(err, "orig", None) or err
             raise ExecutionError(
-                "connection", f"cannot connect to PostgreSQL: {_first_line(str(err.orig))}"
+                "connection", f"cannot connect to PostgreSQL at {shown}: {_first_line(str(orig))}"
             ) from err
-        return cls(
-            url.render_as_string(hide_password=True),
-            "postgres",
-            name or url.database or "postgres",
-            engine,
-        )
+        role, *flags = flags
+        powers = [label for label, flag in zip(_PG_PRIVILEGE_NAMES, flags, strict=True) if flag]
+        if powers and not allow_superuser:
+            engine.dispose()
+            raise ExecutionError(
+                "connection",
+                f"refusing to run untrusted SQL as PostgreSQL role {role!r}, which has "
+                f"{', '.join(powers)}; connect as a read-only role (docs/security.md) or pass "
+                "allow_superuser=True",
+            )
+        return cls(shown, "postgres", name or url.database or "postgres", engine)
 
     @classmethod
     def _open_duckdb(cls, url: sa.URL, name: str | None) -> Database:
@@ -467,11 +961,22 @@ class Database:
             # read_only keeps the file intact; without external access a query can neither read
             # nor write other files (COPY ... TO, read_csv, ATTACH), and the lock stops it from
             # switching that back on.
-            config = {"enable_external_access": False, "lock_configuration": True}
+            config = {
+                "enable_external_access": False,
+                "memory_limit": DUCKDB_MEMORY_LIMIT,
+                "lock_configuration": True,
+            }
             engine = sa.create_engine(url, connect_args={"read_only": True, "config": config})
+            with engine.connect():
+                pass
         except ModuleNotFoundError as err:
             raise ExecutionError(
                 "connection", "DuckDB needs: pip install 'sqlweave[duckdb]'"
+            ) from err
+        except Exception as err:  # duckdb's errors have no base class importable without it
+            orig = getattr(err, "orig", None) or err
+            raise ExecutionError(
+                "connection", f"cannot open DuckDB database {path}: {_first_line(str(orig))}"
             ) from err
         return cls(str(url), "duckdb", name or path.stem, engine, path)
 
@@ -493,22 +998,42 @@ class Database:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_rows: int | None = DEFAULT_MAX_ROWS,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
         use_cache: bool = True,
     ) -> QueryResult:
-        """Run one untrusted read-only query. Raises :class:`ExecutionError` on any failure."""
+        """Run one untrusted read-only query. Raises :class:`ExecutionError` on any failure.
+
+        ``timeout_s`` covers checking, parsing and running; ``max_rows`` and ``max_bytes`` cap
+        the result (``truncated`` tells). Raises ``ValueError`` for a NaN, infinite or
+        non-positive timeout or a negative cap: those are the caller's mistakes, not the query's.
+        """
+        _check_limits(timeout_s, max_rows, max_bytes)
+        start = time.monotonic()
+        deadline = start + timeout_s
         sql = sql.strip()
-        key = (sql, max_rows)
+        key = (sql, max_rows, max_bytes)
         if use_cache and (hit := self._cache.get(key)) is not None:
             return hit
         check_read_only(sql, self.dialect)
-        start = time.perf_counter()
-        if self.dialect == "sqlite":
-            columns, rows, truncated = self._run_sqlite(sql, timeout_s, max_rows)
-        elif self.dialect == "postgres":
-            columns, rows, truncated = self._run_postgres(sql, timeout_s, max_rows)
-        else:
-            columns, rows, truncated = self._run_duckdb(sql, timeout_s, max_rows)
-        result = QueryResult(columns, rows, truncated, time.perf_counter() - start)
+        if time.monotonic() >= deadline:
+            raise ExecutionError("timeout", f"query did not finish within {timeout_s:g} s", sql)
+        try:
+            if self.dialect == "sqlite":
+                columns, rows, truncated = self._run_sqlite(sql, deadline, max_rows, max_bytes)
+            elif self.dialect == "postgres":
+                columns, rows, truncated = self._run_postgres(sql, deadline, max_rows, max_bytes)
+            else:
+                columns, rows, truncated = self._run_duckdb(sql, deadline, max_rows, max_bytes)
+        except ExecutionError as err:
+            if err.kind != "timeout":
+                raise
+            message = f"query did not finish within {timeout_s:g} s"
+            raise ExecutionError("timeout", message, sql) from err
+        except MemoryError as err:
+            raise ExecutionError("runtime", "query needs more memory than allowed", sql) from err
+        except RecursionError as err:
+            raise ExecutionError("syntax", "query nested too deeply", sql) from err
+        result = QueryResult(columns, rows, truncated, time.monotonic() - start)
         if use_cache:
             self._cache.put(key, result)
         return result
@@ -523,60 +1048,84 @@ class Database:
     def clear_cache(self) -> None:
         self._cache.clear()
 
-    def _sqlite_conn(self) -> sqlite3.Connection:
-        # One connection per thread: sqlite3 progress handlers are per connection, and DSPy
-        # evaluates in threads.
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            assert self.path is not None
-            conn = _sqlite_connect(self.path, _untrusted_authorizer)
-            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, SQLITE_MAX_LENGTH)
-            self._local.conn = conn
-            with self._conns_lock:
-                self._conns.append(conn)
+    # -- SQLite --------------------------------------------------------------------------------------
+
+    def _new_sqlite_conn(self) -> sqlite3.Connection:
+        assert self.path is not None
+        conn = _sqlite_connect(self.path, _untrusted_authorizer, self._immutable)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, SQLITE_MAX_LENGTH)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, 4 * MAX_SQL_CHARS)
         return conn
 
-    def _run_sqlite(self, sql: str, timeout_s: float, max_rows: int | None):
-        conn = self._sqlite_conn()
-        deadline = time.monotonic() + timeout_s
-        conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    @property
+    def open_connections(self) -> int:
+        """SQLite connections this handle holds open now (idle plus running), for monitoring."""
+        return self._pool.open_count if self._pool is not None else 0
+
+    def _run_sqlite(self, sql: str, deadline: float, max_rows: int | None, max_bytes: int | None):
+        assert self._pool is not None
+        try:
+            conn, generation = self._pool.acquire()
+        except sqlite3.Error as err:
+            raise ExecutionError("connection", f"cannot open {self.path}: {err}", sql) from err
+        # Two clocks: the progress handler stops loops promptly; the watchdog's interrupt()
+        # reaches queries whose instructions are too few or too long for the handler.
+        conn.set_progress_handler(lambda: int(time.monotonic() > deadline), SQLITE_PROGRESS_STEPS)
+        token = _WATCHDOG.arm(deadline, conn.interrupt)
         try:
             cursor = conn.execute(sql)
             columns = tuple(d[0] for d in cursor.description or ())
-            rows, truncated = _fetch(cursor, max_rows)
+            rows, truncated = _fetch(cursor, max_rows, max_bytes)
+            cursor.close()
         except sqlite3.Error as err:
+            if self._pool.closed_since(generation):
+                raise ExecutionError(
+                    "connection", "the database was closed while the query ran", sql
+                ) from err
             text = str(err)
-            kind = classify_error(text)
-            if kind == "timeout":
-                text = f"query did not finish within {timeout_s:g} s"
-            raise ExecutionError(kind, text, sql) from err
+            raise ExecutionError(classify_error(text), text, sql) from err
         finally:
+            _WATCHDOG.disarm(token)
             conn.set_progress_handler(None, 0)
             if conn.in_transaction:
                 conn.rollback()
+            self._pool.release(conn, generation)
         return columns, rows, truncated
 
-    def _run_postgres(self, sql: str, timeout_s: float, max_rows: int | None):
+    # -- PostgreSQL ----------------------------------------------------------------------------------
+
+    def _pg_refused_functions(self, raw: Any) -> frozenset[str]:
+        with self._pg_lock:
+            if self._pg_refused is None:
+                with raw.cursor() as cur:
+                    cur.execute(_PG_FUNCTIONS_SQL, (sorted(PG_HARMLESS_VOLATILE),))
+                    refused = {name for name, admitted in cur.fetchall() if not admitted}
+                raw.rollback()
+                self._pg_refused = frozenset(refused | PG_DENIED_FUNCTIONS)
+            return self._pg_refused
+
+    def _run_postgres(self, sql: str, deadline: float, max_rows: int | None, max_bytes: int | None):
         try:
             with self.engine.connect() as conn:
                 raw = conn.connection.dbapi_connection
                 raw.rollback()
+                _pg_refuse_functions(sql, self._pg_refused_functions(raw))
                 raw.autocommit = False
                 # psycopg now opens every transaction on this connection with BEGIN READ ONLY.
                 raw.read_only = True
                 try:
+                    remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
                     with raw.cursor() as setup:
-                        setup.execute(
-                            f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}"
-                        )
+                        setup.execute(f"SET LOCAL statement_timeout = {remaining_ms}")
                     # A server-side cursor: psycopg sends DECLARE ... CURSOR FOR <sql> through the
                     # extended protocol, so the server accepts exactly one statement and only a
                     # query (simple protocol would run "SELECT 1; COMMIT; DROP ..." in full), and
                     # rows come over only as far as max_rows asks. No params: % stays literal.
+                    query = sql if max_bytes is None else _pg_row_capped(sql, max_bytes)
                     with raw.cursor(name="sqlweave_untrusted") as cursor:
-                        cursor.execute(sql)
+                        cursor.execute(query)
                         columns = tuple(d[0] for d in cursor.description or ())
-                        rows, truncated = _fetch(cursor, max_rows)
+                        rows, truncated = _fetch(cursor, max_rows, max_bytes)
                 finally:
                     raw.rollback()
                     _release_session_state(raw)
@@ -585,49 +1134,62 @@ class Database:
         except Exception as err:  # psycopg errors have no common base we can import lazily
             orig = getattr(err, "orig", err)
             text = _first_line(str(orig))
-            kind = classify_error(text)
-            if kind == "timeout":
-                text = f"query did not finish within {timeout_s:g} s"
-            raise ExecutionError(kind, text, sql) from err
+            if big := _PG_ROW_TOO_BIG.search(text):
+                raise ExecutionError(
+                    "runtime",
+                    f"a result row of {big.group(1)} bytes is larger than {max_bytes} bytes",
+                    sql,
+                ) from err
+            raise ExecutionError(classify_error(text), text, sql) from err
         return columns, rows, truncated
 
-    def _run_duckdb(self, sql: str, timeout_s: float, max_rows: int | None):
-        with self.engine.connect() as conn:
-            raw = conn.connection.dbapi_connection
-            timer = threading.Timer(timeout_s, raw.interrupt)
-            timer.start()
-            try:
-                # DuckDB's cursor runs every statement in the text; the engine's own parser
-                # makes sure there is exactly one, and that it is a query.
-                statements = raw.extract_statements(sql)
-                kinds = [getattr(s.type, "name", str(s.type)) for s in statements]
-                if kinds != ["SELECT"]:
-                    raise ExecutionError(
-                        "not_read_only", f"only one SELECT may run, got {kinds or 'nothing'}", sql
-                    )
-                cursor = raw.cursor()
-                cursor.execute(sql)
-                columns = tuple(d[0] for d in cursor.description or ())
-                rows, truncated = _fetch(cursor, max_rows)
-            except ExecutionError:
-                raise
-            except Exception as err:
-                text = _first_line(str(err))
-                kind = classify_error(text)
-                if kind == "timeout":
-                    text = f"query did not finish within {timeout_s:g} s"
-                raise ExecutionError(kind, text, sql) from err
-            finally:
-                timer.cancel()
+    # -- DuckDB --------------------------------------------------------------------------------------
+
+    def _run_duckdb(self, sql: str, deadline: float, max_rows: int | None, max_bytes: int | None):
+        token = None
+        try:
+            with self.engine.connect() as conn:
+                raw = conn.connection.dbapi_connection
+                token = _WATCHDOG.arm(deadline, raw.interrupt)
+                try:
+                    # DuckDB's cursor runs every statement in the text; the engine's own parser
+                    # makes sure there is exactly one, and that it is a query. PIVOT expands to
+                    # several internally (DuckDB reports MULTI), still reads only.
+                    statements = raw.extract_statements(sql)
+                    kinds = [getattr(s.type, "name", str(s.type)) for s in statements]
+                    if kinds != ["SELECT"] and not (
+                        kinds == ["MULTI"] and re.match(r"\s*PIVOT\b", sql, re.I)
+                    ):
+                        raise ExecutionError(
+                            "not_read_only",
+                            f"only one SELECT may run, got {kinds or 'nothing'}",
+                            sql,
+                        )
+                    cursor = raw.cursor()
+                    try:
+                        cursor.execute(sql)
+                        columns = tuple(d[0] for d in cursor.description or ())
+                        rows, truncated = _fetch(cursor, max_rows, max_bytes)
+                    finally:
+                        cursor.close()
+                finally:
+                    _WATCHDOG.disarm(token)
+                    # setseed() would otherwise fix random() for every later query on this
+                    # pooled connection; a fresh seed from outside undoes it.
+                    raw.execute("SELECT setseed(?)", [random.uniform(-1.0, 1.0)])
+        except ExecutionError:
+            raise
+        except Exception as err:
+            orig = getattr(err, "orig", None) or err
+            text = _first_line(str(orig))
+            raise ExecutionError(classify_error(text), text, sql) from err
         return columns, rows, truncated
 
     def close(self) -> None:
-        """Close every connection, including those other threads opened."""
-        with self._conns_lock:
-            conns, self._conns = self._conns, []
-        for conn in conns:
-            conn.close()
-        self._local = threading.local()
+        """Close every connection. Queries still running in other threads are interrupted
+        (they raise :class:`ExecutionError`) and their connections closed as they return."""
+        if self._pool is not None:
+            self._pool.close()
         self.engine.dispose()
 
     def __enter__(self) -> Database:
@@ -640,7 +1202,7 @@ class Database:
 def _release_session_state(raw: Any) -> None:
     """Drop what outlives a rolled-back PostgreSQL transaction: session advisory locks.
 
-    The sqlglot layer refuses pg_advisory_lock(); this is the engine-side backstop, so a query
+    The function checks refuse pg_advisory_lock(); this is the engine-side backstop, so a query
     cannot keep a lock on a pooled connection after it has finished.
     """
     try:
@@ -648,12 +1210,3 @@ def _release_session_state(raw: Any) -> None:
             cur.execute("SELECT pg_advisory_unlock_all()")
     finally:
         raw.rollback()
-
-
-def _fetch(cursor: Any, max_rows: int | None) -> tuple[tuple[tuple[Any, ...], ...], bool]:
-    if max_rows is None:
-        raw = cursor.fetchall()
-        return tuple(_normalize_row(r) for r in raw), False
-    raw = cursor.fetchmany(max_rows + 1)
-    truncated = len(raw) > max_rows
-    return tuple(_normalize_row(r) for r in raw[:max_rows]), truncated
