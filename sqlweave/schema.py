@@ -226,6 +226,8 @@ def _apply(schema: Schema, subset: SubsetSpec | Schema | None) -> Schema:
 
 _CACHE: dict[tuple[Any, ...], Schema] = {}
 _CACHE_LOCK = threading.Lock()
+#: One lock per schema being introspected, so concurrent callers build it once.
+_BUILDING: dict[tuple[Any, ...], threading.Lock] = {}
 
 
 def introspect(
@@ -247,11 +249,20 @@ def introspect(
     key = (db.fingerprint, db.name, str(desc_dir), sample_rows, distinct_values)
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
-    if hit is not None:
-        return hit
-    schema = _introspect(db, desc_dir, sample_rows, distinct_values)
-    with _CACHE_LOCK:
-        _CACHE[key] = schema
+        if hit is not None:
+            return hit
+        building = _BUILDING.setdefault(key, threading.Lock())
+    # Threads asking for the same schema at once wait for the first one instead of all reading
+    # the catalog (no shared connection: Database gives each introspection call its own).
+    with building:
+        with _CACHE_LOCK:
+            hit = _CACHE.get(key)
+        if hit is not None:
+            return hit
+        schema = _introspect(db, desc_dir, sample_rows, distinct_values)
+        with _CACHE_LOCK:
+            _CACHE[key] = schema
+            _BUILDING.pop(key, None)
     return schema
 
 
