@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 
-_FENCE = re.compile(r"```(?:sql|sqlite|postgresql|postgres)?\s*(.*?)```", re.S | re.I)
+_FENCE_MARK = "```"
+_FENCE_LANGUAGE = re.compile(r"(?:sqlite|sql|postgresql|postgres)?\s*", re.I)
 _START = re.compile(r"\b(WITH|SELECT)\b", re.I)
 # DSPy's chat format marks fields with "[[ ## name ## ]]"; small models often write the closing
 # marker on the same line as the SQL, where the adapter keeps it as part of the value.
@@ -38,6 +39,23 @@ def field_body(text: str, prefer: str | None = None) -> str:
     return ""
 
 
+def _fenced_block(text: str) -> str | None:
+    """The body of the first closed markdown fence, without its language tag.
+
+    Plain string searches, not a lazy regex: ```` ```(.*?)``` ```` retried from every backtrack
+    point is quadratic, and an answer of a fence and 100 KB of whitespace took minutes.
+    """
+    start = text.find(_FENCE_MARK)
+    if start < 0:
+        return None
+    end = text.find(_FENCE_MARK, start + len(_FENCE_MARK))
+    if end < 0:
+        return None
+    language = _FENCE_LANGUAGE.match(text, start + len(_FENCE_MARK), end)
+    assert language is not None  # the pattern matches the empty string
+    return text[language.end() : end]
+
+
 def extract_sql(text: str | None) -> str:
     """Return the first SQL query found in ``text`` (fenced block first, else from SELECT/WITH on).
 
@@ -47,9 +65,9 @@ def extract_sql(text: str | None) -> str:
     if not text:
         return ""
     text = field_body(text)
-    fenced = _FENCE.search(text)
-    if fenced:
-        text = fenced.group(1)
+    fenced = _fenced_block(text)
+    if fenced is not None:
+        text = fenced
     text = _FIELD_MARKER.sub("", text)
     text = text.strip().strip("`").strip()
     match = _START.search(text)

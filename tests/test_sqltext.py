@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from sqlweave.sqltext import extract_sql
@@ -27,3 +29,67 @@ from sqlweave.sqltext import extract_sql
 )
 def test_extract_sql(raw: str | None, expected: str) -> None:
     assert extract_sql(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("```sqlite\nSELECT 1\n```", "SELECT 1"),
+        ("```postgresql\nSELECT 2;\n```", "SELECT 2"),
+        ("```\nSELECT 3\n```", "SELECT 3"),
+        ("```sql\nSELECT 4", "SELECT 4"),  # an unclosed fence: the text after it
+        ("Text ```sql SELECT 5``` then ```sql SELECT 6```", "SELECT 5"),
+    ],
+)
+def test_fences(raw: str, expected: str) -> None:
+    assert extract_sql(raw) == expected
+
+
+_MB = 1_000_000
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "```" + " " * _MB,
+        "```sql" + "\n" * _MB + "SELECT 1",
+        "```sql\n" + " " * _MB + "SELECT 1\n```",
+        "``` ```" * (_MB // 7),
+        "[[ ## " + "a" * _MB,
+        "[[" + " " * _MB + "##",
+        "SELECT " + "x " * (_MB // 2),
+        "SELECT 1\n" + "This line.\n" * (_MB // 11),
+        "WITH" + " " * _MB,
+        "`" * _MB,
+    ],
+    ids=[
+        "open_fence_whitespace",
+        "open_fence_newlines",
+        "closed_fence_whitespace",
+        "many_fences",
+        "open_marker_word",
+        "open_marker_whitespace",
+        "long_select",
+        "long_prose",
+        "with_whitespace",
+        "backticks",
+    ],
+)
+def test_extraction_is_linear_on_1mb_answers(raw: str) -> None:
+    """Each 1 MB answer is handled in well under a second (the old fence regex took minutes)."""
+    start = time.perf_counter()
+    extract_sql(raw)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_extraction_time_grows_linearly() -> None:
+    def cost(n: int) -> float:
+        raw = "```sql" + " " * n
+        start = time.perf_counter()
+        for _ in range(3):
+            extract_sql(raw)
+        return time.perf_counter() - start
+
+    small, large = cost(100_000), cost(1_000_000)
+    # 10x the text; quadratic would be 100x. Generous for a loaded machine.
+    assert large < 30 * small + 0.05
