@@ -12,7 +12,13 @@
 #
 #   SQLWEAVE_PG_URL     owner role (creates schemas; used by sqlweave.transfer and the tests)
 #   SQLWEAVE_PG_RO_URL  a login role that can only SELECT and defaults to read-only
-#                       transactions (defence in depth for untrusted queries)
+#                       transactions: the role to run untrusted (generated) SQL as
+#   SQLWEAVE_PG_SUPER_URL  the cluster's superuser over TCP, for tests that check what
+#                       sqlweave refuses (Database.open needs allow_superuser=True for it)
+#
+# In the sqlweave database, functions that run SQL given as text or reach other sessions
+# (query_to_xml and kin, ts_stat, pg_logical_emit_message, pg_terminate_backend, ...) are
+# revoked from PUBLIC: an engine-side backstop behind sqlweave's own function check.
 #
 # Settings (environment): SQLWEAVE_PG_BASE (default /tmp/sqlweave-pg), SQLWEAVE_PG_PORT
 # (default 55432; the next free port is taken when it is busy), SQLWEAVE_PG_PASSWORD.
@@ -132,12 +138,29 @@ GRANT USAGE ON SCHEMA public TO $reader;
 -- Schemas and tables the owner creates later (one schema per copied database) are readable.
 ALTER DEFAULT PRIVILEGES FOR ROLE $owner GRANT USAGE ON SCHEMAS TO $reader;
 ALTER DEFAULT PRIVILEGES FOR ROLE $owner GRANT SELECT ON TABLES TO $reader;
+-- No login role needs these; each runs SQL from a string, writes WAL or signals other sessions.
+DO \$\$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN
+        SELECT p.oid::regprocedure FROM pg_proc p
+        WHERE p.pronamespace = 'pg_catalog'::regnamespace
+          AND (p.proname IN ('ts_stat', 'pg_logical_emit_message', 'pg_terminate_backend',
+                             'pg_cancel_backend', 'txid_current', 'pg_current_xact_id', 'pg_notify')
+               OR p.proname ~ '^(query|cursor|table|schema|database)_to_xml'
+               OR (p.proname = 'ts_rewrite' AND p.provolatile = 'v'))
+    LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+END
+\$\$;
 SQL
 
     local url="postgresql://$owner:$password@127.0.0.1:$port/$db"
     local ro_url="postgresql://$reader:$password@127.0.0.1:$port/$db"
-    printf 'export SQLWEAVE_PG_URL=%q\nexport SQLWEAVE_PG_RO_URL=%q\n' "$url" "$ro_url" |
-        tee "$base/env" 
+    local super_url="postgresql://postgres:$password@127.0.0.1:$port/$db"
+    printf 'export SQLWEAVE_PG_URL=%q\nexport SQLWEAVE_PG_RO_URL=%q\nexport SQLWEAVE_PG_SUPER_URL=%q\n' \
+        "$url" "$ro_url" "$super_url" | tee "$base/env"
     log "ready: SQLWEAVE_PG_URL=$url"
 )
 
