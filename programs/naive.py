@@ -81,8 +81,12 @@ class NaiveSQL(SQLProgram):
             raise RuntimeError(
                 "no LM configured: call sqlweave.configure() or dspy.configure(lm=...)"
             )
+        from dspy.clients._deprecation import adapter_message_call
+
         messages = naive_messages(db, question, evidence)
-        outputs = lm(messages=messages, temperature=0.0, max_tokens=MAX_TOKENS)
+        # The same raw-messages path DSPy's own adapters take (and sqlweave's SQLAdapter).
+        with adapter_message_call(lm, messages):
+            outputs = lm(messages=messages, temperature=0.0, max_tokens=MAX_TOKENS)
         first = outputs[0] if outputs else ""
         raw = first.get("text", "") if isinstance(first, dict) else str(first or "")
         return dspy.Prediction(sql=reply_sql(raw), raw=raw, stages=["generate"])

@@ -206,7 +206,7 @@ class WeaveSQL(SQLProgram):
             stages=stages,
             candidates=candidates,
             demos=[str(ex.get("question", "")) for ex in found],
-            value_hints=[f"{t}.{c} = {v}" for t, c, v in mentioned],
+            value_hints=inputs["value_hints"].splitlines(),
             history=history,
             schema=schema,
         )

@@ -1,0 +1,45 @@
+"""Named slices: committed ids, recomputable from the data, disjoint from the demo pool."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sqlweave import data
+
+
+def test_committed_slices_load_without_benchmark_data() -> None:
+    assert len(data.slice_ids("spider-dev-200")) == 200
+    assert len(data.slice_ids("bird-52")) == 52
+    assert len(data.slice_ids("spider-train-val")) == 200
+    assert data.demo_pool_exclusions()  # the held-out validation databases
+
+
+def test_unknown_slice_is_a_clear_error() -> None:
+    with pytest.raises(data.DataError, match="unknown slice"):
+        data.slice_ids("spider-dev-17")
+
+
+@pytest.mark.parametrize("name", list(data.SLICES))
+def test_committed_ids_equal_the_recomputed_ones(name: str, data_root: Path) -> None:
+    assert data.slice_ids(name) == data.build_slice_ids(name, root=data_root)
+
+
+def test_spider_dev_200_is_a_plain_random_sample(data_root: Path) -> None:
+    examples = data.load_slice("spider-dev-200", root=data_root)
+    assert len({ex.question_id for ex in examples}) == 200
+    assert all(ex.split == "dev" for ex in examples)
+    # Not stratified: the hardness mix is whatever seed 0 drew, every level present.
+    assert {ex.difficulty for ex in examples} == {"easy", "medium", "hard", "extra"}
+
+
+def test_validation_databases_are_unseen_by_the_default_pool(data_root: Path) -> None:
+    from sqlweave.programs.pools import default_pool
+
+    val = data.load_slice("spider-train-val", root=data_root)
+    held = data.demo_pool_exclusions()
+    assert {ex.db_id for ex in val} <= held
+    pool = default_pool("spider", root=data_root)
+    assert pool and not {ex.db_id for ex in pool} & held
+    assert not {ex.question_id for ex in pool} & {ex.question_id for ex in val}
