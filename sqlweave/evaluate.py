@@ -107,6 +107,7 @@ def _evaluate_one(
     semantics: str | None,
     timeout_s: float,
     tracker: UsageTracker | None,
+    strict_gold: bool = False,
 ) -> dict[str, Any]:
     sem = semantics or semantics_for(example)
     error: str | None = None
@@ -130,10 +131,19 @@ def _evaluate_one(
 
     start = time.perf_counter()
     match = check_execution(
-        pred_sql, example.gold_sql, open_database(example), sem, timeout_s=timeout_s
+        pred_sql,
+        example.gold_sql,
+        open_database(example),
+        sem,
+        timeout_s=timeout_s,
+        strict_gold=strict_gold,
     )
     if error is None and match.error is not None:
         error, error_kind = match.error.feedback(), match.error.kind
+    # A gold that fails (or is too large to compare) is a scored miss, flagged so it can be found.
+    gold_error = match.gold_error.feedback() if match.gold_error is not None else None
+    if match.gold_truncated:
+        gold_error = "gold result exceeds the row cap; not compared"
     return {
         "question_id": str(example.question_id),
         "db_id": example.db_id,
@@ -146,6 +156,7 @@ def _evaluate_one(
         "correct": bool(match.correct),
         "error": error,
         "error_kind": error_kind,
+        "gold_error": gold_error,
         "seconds": round(seconds, 4),
         "eval_seconds": round(time.perf_counter() - start, 4),
         "usage": usage,

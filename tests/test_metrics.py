@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections import Counter
 from pathlib import Path
 
@@ -11,15 +12,22 @@ import pytest
 import sqlglot
 
 from sqlweave import data
-from sqlweave.db import QueryResult, check_read_only
+from sqlweave.db import Database, QueryResult, check_read_only
 from sqlweave.metrics import (
+    SEMANTICS,
     GoldQueryError,
     check_execution,
     ex_metric,
     execution_match,
+    gold_is_ordered,
     has_top_level_order_by,
+    prepare_official_spider,
+    remove_distinct,
+    replace_cur_year,
+    resolve_semantics,
     results_match,
     spider_hardness,
+    sqlite_statement,
     strip_distinct,
 )
 
@@ -62,6 +70,15 @@ def test_results_match_rejects_unknown_semantics():
         results_match([(1,)], [(1,)], "exact")
 
 
+@pytest.mark.parametrize("pair", PAIRS, ids=[p["name"] for p in PAIRS])
+def test_official_and_strict_compare_results_alike(pair):
+    pred, gold, ordered = pair["pred_rows"], pair["gold_rows"], pair["gold_has_order_by"]
+    for bench in ("spider", "bird"):
+        want = pair["expected"][bench]
+        assert results_match(pred, gold, f"official-{bench}", ordered) is want
+        assert results_match(pred, gold, f"strict-{bench}", ordered) is want
+
+
 def test_top_level_order_by_detection():
     assert has_top_level_order_by("SELECT a FROM t ORDER BY a")
     assert has_top_level_order_by("SELECT a FROM t UNION SELECT b FROM u ORDER BY 1")
@@ -74,7 +91,12 @@ def test_top_level_order_by_detection():
 
 
 def test_strip_distinct_removes_every_distinct_token_only():
-    assert strip_distinct("SELECT DISTINCT a FROM t") == "SELECT a FROM t"
+    # Only the keyword goes; whitespace is left as written (squashing it changed literals and let
+    # a -- comment swallow the rest of the query: issue 17).
+    assert strip_distinct("SELECT DISTINCT a FROM t") == "SELECT  a FROM t"
+    assert strip_distinct("SELECT DISTINCT a FROM t WHERE b = 'x  y'") == (
+        "SELECT  a FROM t WHERE b = 'x  y'"
+    )
     assert strip_distinct("SELECT count(DISTINCT a) FROM t") == "SELECT count( a) FROM t"
     assert (
         strip_distinct("SELECT a FROM t WHERE b = 'distinct'")
@@ -128,10 +150,14 @@ def test_failing_predictions_score_false_with_the_error(spider_db):
         ("SELEC count(*) FROM singer", "syntax"),
         ("SELECT count(*) FROM singers", "unknown_table"),
         ("DELETE FROM singer", "not_read_only"),
-        ("", "syntax"),
     ]:
         result = check_execution(pred, gold, db)
         assert result.correct is False and result.error is not None and result.error.kind == kind
+    # An empty prediction is a syntax error under the strict semantics; officially it runs as
+    # nothing (an empty result), which does not match this gold.
+    assert check_execution("", gold, db, "strict-spider").error.kind == "syntax"
+    empty = check_execution("", gold, db)
+    assert empty.correct is False and empty.error is None and empty.pred_result.rows == ()
     slow = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
     result = check_execution(slow, gold, db, timeout_s=0.3)
     assert result.correct is False and result.error.kind == "timeout"
@@ -261,3 +287,206 @@ def test_spider_dev_hardness_distribution_is_close_to_official(data_root):
     official_share = {"easy": 0.24, "medium": 0.43, "hard": 0.17, "extra": 0.16}
     for level, expected in official_share.items():
         assert abs(share.get(level, 0) - expected) < 0.04, (level, share)
+
+
+# --- the official scripts, class by class (issue 17) ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def people_db(tmp_path_factory):
+    """A small SQLite file: names with double spaces, a table of 150,000 rows (over 100,000)."""
+    path = tmp_path_factory.mktemp("metrics") / "people.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "CREATE TABLE person (id INTEGER PRIMARY KEY, name TEXT, age INTEGER, country TEXT);"
+        "CREATE TABLE big (n INTEGER, k INTEGER);"
+    )
+    conn.executemany(
+        "INSERT INTO person VALUES (?, ?, ?, ?)",
+        [
+            (1, "Zeynep  Sena", 30, "Turkey"),
+            (2, "Ana", 45, "Spain"),
+            (3, "Bo", 50, "Spain"),
+            (4, "Cy", 25, "France"),
+        ],
+    )
+    conn.executemany("INSERT INTO big VALUES (?, ?)", ((i, i % 7) for i in range(150_000)))
+    conn.commit()
+    conn.close()
+    db = Database.open(path)
+    yield db
+    db.close()
+
+
+def _ex(db, pred, gold, semantics, **kwargs):
+    return check_execution(pred, gold, db, semantics, **kwargs).correct
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "official", "strict"),
+    [
+        # 1. removing DISTINCT keeps whitespace in literals and comments where it was
+        (
+            "SELECT DISTINCT name FROM person WHERE name = 'Zeynep  Sena'",
+            "SELECT name FROM person WHERE name = 'Zeynep  Sena'",
+            True,
+            True,
+        ),
+        (
+            "SELECT DISTINCT country FROM person -- only the older ones\nWHERE age > 40",
+            "SELECT DISTINCT country FROM person",
+            False,
+            False,
+        ),
+        (
+            "SELECT DISTINCT country -- the countries\nFROM person",
+            "SELECT country FROM person",
+            True,
+            True,
+        ),
+        # 2. several statements: the first one counts officially
+        ("SELECT count(*) FROM person; SELECT 1", "SELECT count(*) FROM person", True, False),
+        # 3. spaced operators are repaired
+        (
+            "SELECT name FROM person WHERE age > = 45",
+            "SELECT name FROM person WHERE age >= 45",
+            True,
+            False,
+        ),
+        (
+            "SELECT name FROM person WHERE age < = 30",
+            "SELECT name FROM person WHERE age <= 30",
+            True,
+            False,
+        ),
+        (
+            "SELECT name FROM person WHERE age ! = 30",
+            "SELECT name FROM person WHERE age != 30",
+            True,
+            False,
+        ),
+        # 4. no statement runs as an empty result
+        ("", "SELECT name FROM person WHERE age > 99", True, False),
+        ("-- no idea", "SELECT name FROM person WHERE age > 99", True, False),
+        ("-- no idea", "SELECT name FROM person", False, False),
+        # 5. "ordered" is the text 'order by' anywhere in the gold
+        (
+            "SELECT name FROM person WHERE age > (SELECT min(age) FROM person) ORDER BY age DESC",
+            "SELECT name FROM person WHERE age > (SELECT age FROM person ORDER BY age LIMIT 1)",
+            False,
+            True,
+        ),
+        (
+            "SELECT name FROM person ORDER BY age DESC",
+            "SELECT name FROM person ORDER  BY age",
+            True,
+            False,
+        ),
+        # 6. every row counts, past 100,000: a difference after that row, a gold cut by LIMIT
+        ("SELECT n FROM big WHERE n != 149999", "SELECT n FROM big", False, False),
+        ("SELECT n FROM big LIMIT 100000", "SELECT n FROM big", False, False),
+        ("SELECT n FROM big ORDER BY n DESC", "SELECT n FROM big", True, False),
+    ],
+)
+def test_official_spider_classes(people_db, pred, gold, official, strict):
+    assert _ex(people_db, pred, gold, "official-spider") is official
+    assert _ex(people_db, pred, gold, "spider") is official  # the alias
+    assert _ex(people_db, pred, gold, "strict-spider") is strict
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "official", "strict"),
+    [
+        # 7. over 100,000 rows: the distinct rows are compared
+        ("SELECT k FROM big", "SELECT DISTINCT k FROM big", True, False),
+        ("SELECT k FROM big WHERE n < 149990", "SELECT DISTINCT k FROM big", True, False),
+        # 8. no statement against an empty gold result
+        ("", "SELECT name FROM person WHERE age > 99", True, False),
+        ("/* nothing */", "SELECT name FROM person WHERE age > 99", True, False),
+        ("", "SELECT name FROM person", False, False),
+        # BIRD runs the text as written: a second statement is an error, a comment is not
+        ("SELECT count(*) FROM person; SELECT 1", "SELECT count(*) FROM person", False, False),
+        ("SELECT count(*) FROM person; -- done", "SELECT count(*) FROM person", True, False),
+        (
+            "SELECT name FROM person WHERE age > = 45",
+            "SELECT name FROM person WHERE age >= 45",
+            False,
+            False,
+        ),
+    ],
+)
+def test_official_bird_classes(people_db, pred, gold, official, strict):
+    assert _ex(people_db, pred, gold, "official-bird") is official
+    assert _ex(people_db, pred, gold, "bird") is official
+    assert _ex(people_db, pred, gold, "strict-bird") is strict
+
+
+def test_official_spider_text_passes():
+    assert remove_distinct("SELECT DISTINCT a FROM t WHERE b = 'x  y'") == (
+        "SELECT  a FROM t WHERE b = 'x  y'"
+    )
+    assert (
+        remove_distinct("SELECT count(DISTINCT a) FROM t; SELECT 2") == "SELECT count( a) FROM t; "
+    )
+    # a DISTINCT in a literal, a quoted name or a comment is not a keyword; a name is a token
+    assert remove_distinct("SELECT 'distinct', \"distinct\", [distinct] -- distinct") == (
+        "SELECT 'distinct', \"distinct\", [distinct] -- distinct"
+    )
+    assert remove_distinct("SELECT t.distinct FROM t") == "SELECT t. FROM t"
+    # the first statement keeps what follows its ; on the same line, parentheses hold it open
+    assert remove_distinct("SELECT 1;  -- c\nSELECT 2") == "SELECT 1;  -- c\n"
+    assert remove_distinct("SELECT 'a;b' FROM t; SELECT 2") == "SELECT 'a;b' FROM t; "
+    assert remove_distinct("SELECT (1; SELECT 2)") == "SELECT (1; SELECT 2)"
+    assert (
+        prepare_official_spider("a > = 1 AND b < = 2 AND c ! = 3") == "a >= 1 AND b <= 2 AND c != 3"
+    )
+    assert replace_cur_year("SELECT YEAR( CURDATE() ) - 1") == "SELECT 2020- 1"
+    assert gold_is_ordered("SELECT a FROM (SELECT a FROM t ORDER BY a)")
+    assert not gold_is_ordered("SELECT a FROM t ORDER  BY a")
+
+
+def test_sqlite_statement_follows_the_sqlite3_module():
+    assert sqlite_statement("") is None and sqlite_statement(" -- c\n/* d */ ;") is None
+    assert sqlite_statement("SELECT 1") == "SELECT 1"
+    assert sqlite_statement("SELECT 1; -- done") == "SELECT 1;"
+    assert sqlite_statement("; SELECT 1") == "; SELECT 1"
+    # a real second statement (or a second ;) stays, so it fails as it does in sqlite3
+    assert sqlite_statement("SELECT 1; SELECT 2") == "SELECT 1; SELECT 2"
+    assert sqlite_statement("SELECT 1;;") == "SELECT 1;;"
+    assert sqlite_statement("SELECT 'a;' ; -- x") == "SELECT 'a;' ;"
+
+
+def test_failing_gold_is_a_flagged_miss_unless_strict(people_db):
+    match = check_execution("SELECT 1", "SELECT * FROM nowhere", people_db, strict_gold=False)
+    assert match.correct is False and match.gold_error is not None
+    assert match.gold_error.kind == "unknown_table"
+    with pytest.raises(GoldQueryError):
+        check_execution("SELECT 1", "SELECT * FROM nowhere", people_db, strict_gold=True)
+
+
+def test_truncated_gold_never_matches(people_db):
+    gold = "SELECT n FROM big"
+    match = check_execution(gold, gold, people_db, "strict-spider")
+    assert match.correct is False and match.gold_truncated
+    match = check_execution(gold, gold, people_db, "official-bird", max_rows=1000)
+    assert match.correct is False and match.gold_truncated
+    # under the official cap the same pair is compared in full, and matches
+    assert check_execution(gold, gold, people_db, "official-spider").correct
+
+
+def test_spider_equal_takes_the_official_precheck_for_equal_values_printed_differently():
+    # 1 == 1.0, so a column permutation matches; the rows sorted by text and type agree too
+    assert results_match([(1.0, "a")], [(1, "a")], "spider")
+    # -0.0 == 0.0, but sorted by text the rows differ: the official pre-check rejects them
+    gold, pred = [(0.0, -1.0)], [(-0.0, -1.0)]
+    assert set(gold) == set(pred)
+    assert not results_match(pred, gold, "official-spider")
+    assert results_match(pred, gold, "official-bird")
+
+
+def test_semantics_names():
+    assert resolve_semantics("spider") == "official-spider"
+    assert resolve_semantics("bird") == "official-bird"
+    assert set(SEMANTICS) == {"official-spider", "official-bird", "strict-spider", "strict-bird"}
+    with pytest.raises(ValueError, match="strict-bird"):
+        resolve_semantics("exact")
