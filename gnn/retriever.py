@@ -31,10 +31,33 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_PATH = "~/.cache/sqlweave/gnn/spider-train.pt"
 
+#: The checkpoint shipped in the package: trained on the Spider train pool, with the saved index of
+#: that pool and of the demo bundle's train subset, so ``strategy="graph"`` works on a fresh install.
+SHIPPED_MODEL_PATH = Path(__file__).resolve().parent / "checkpoints" / "spider-train.pt"
+
 
 def default_model_path() -> Path:
-    """Where ``sqlweave gnn train`` writes, and the retriever looks, by default."""
+    """Where ``sqlweave gnn train`` writes, and the retriever looks first, by default."""
     return Path(DEFAULT_MODEL_PATH).expanduser()
+
+
+def resolve_model_path(model_path: str | Path | None = None) -> Path:
+    """The checkpoint a retriever loads: ``model_path`` when given, else the one ``sqlweave gnn
+    train`` wrote to :func:`default_model_path`, else the shipped :data:`SHIPPED_MODEL_PATH`.
+
+    Raises ``FileNotFoundError`` (saying how to train one) when the chosen file is missing.
+    """
+    if model_path:
+        path = Path(model_path).expanduser()
+    else:
+        trained = default_model_path()
+        path = trained if trained.is_file() else SHIPPED_MODEL_PATH
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no trained graph model at {path}: run `sqlweave gnn train` "
+            f"(or pass model_path= to a model saved by it)"
+        )
+    return path
 
 
 def _get(example: Any, name: str, default: Any = None) -> Any:
@@ -100,26 +123,30 @@ class GraphRetriever:
         self.batch_size = batch_size
         self.builder = builder or GraphBuilder(dialect=dialect)
         self.fingerprint = pool_fingerprint(self.pool, sql_field)
+        saved: list[dict[str, Any]] = [index] if index else []
         if model is None:
-            path = Path(model_path).expanduser() if model_path else default_model_path()
-            if not path.is_file():
-                raise FileNotFoundError(
-                    f"no trained graph model at {path}: run `sqlweave gnn train` "
-                    f"(or pass model_path= to a model saved by it)"
-                )
+            path = resolve_model_path(model_path)
             model, payload = load_checkpoint(path)
-            index = index or payload.get("index")
+            logger.info("graph model from %s", path)
+            saved += [payload["index"]] if payload.get("index") else []
+            saved += list(payload.get("extra_indexes") or [])
         self.model = model
         self.model.eval()
-        if index and index.get("fingerprint") == self.fingerprint:
-            self.rows: list[int] = list(index["rows"])
-            self.embeddings: torch.Tensor = index["embeddings"]
+        match = next((i for i in saved if i.get("fingerprint") == self.fingerprint), None)
+        if match is not None:
+            self.rows: list[int] = list(match["rows"])
+            self.embeddings: torch.Tensor = match["embeddings"].float()
             logger.info("reusing the saved index of %d pool graphs", len(self.rows))
         else:
+            logger.info(
+                "no saved index for this pool of %d examples: embedding it once (graphs and "
+                "MiniLM node features; minutes for thousands of queries on a CPU)",
+                len(self.pool),
+            )
             self._embed_pool()
 
     def _embed_pool(self) -> None:
-        graphs = self.builder.build_pool(self.pool, sql_field=self.sql_field)
+        graphs = self.builder.build_pool(self.pool, sql_field=self.sql_field, progress=True)
         self.rows = [i for i, g in enumerate(graphs) if g is not None]
         usable = [g for g in graphs if g is not None]
         self.embeddings = self.model.embed(usable, batch_size=self.batch_size)
@@ -198,6 +225,27 @@ class GraphRetriever:
             f"GraphRetriever(pool={len(self.pool)}, indexed={len(self.rows)}, "
             f"exclude_same_db={self.exclude_same_db}, one_per_db={self.one_per_db})"
         )
+
+
+def add_pool_index(path: str | Path, pool: Sequence[Any], **options: Any) -> Path:
+    """Embed ``pool`` with the model saved at ``path`` and store its index in the same file.
+
+    A checkpoint keeps the index of the pool it was trained on; indexes added here (the shipped
+    model carries the demo bundle's train subset) let retrievers over other pools start without
+    embedding anything. An index for the same pool fingerprint is replaced, not duplicated.
+    """
+    path = Path(path).expanduser()
+    model, payload = load_checkpoint(path)
+    retriever = GraphRetriever(pool, model=model, **options)
+    extra = [
+        i
+        for i in payload.get("extra_indexes") or []
+        if i.get("fingerprint") != retriever.fingerprint
+    ]
+    if (payload.get("index") or {}).get("fingerprint") != retriever.fingerprint:
+        extra.append(retriever.index_payload())
+    keep = {k: v for k, v in payload.items() if k not in ("format", "config", "state_dict")}
+    return save_checkpoint(path, model, **{**keep, "extra_indexes": extra})
 
 
 def train_retriever(

@@ -253,8 +253,10 @@ class MageSQL(SQLProgram):
     ``pool`` and ``retriever`` (not switches: they are data) replace the default train pool and
     the retriever built over it for ``strategy``.
 
-    ``graph`` needs :class:`sqlweave.gnn.retriever.GraphRetriever` and a trained model (its
-    default checkpoint, or ``retriever_options={"model_path": ...}``); when either is missing the
+    ``graph`` needs :class:`sqlweave.gnn.retriever.GraphRetriever` and a trained model: one
+    ``sqlweave gnn train`` wrote, else the checkpoint shipped in the package (trained on Spider
+    train, with the saved index of that pool and of the bundled train subset), or
+    ``retriever_options={"model_path": ...}``. When the module or a named model is missing the
     first question raises (``ImportError`` / ``FileNotFoundError``) rather than quietly running
     another strategy. An empty draft gives no graph to compare, so that question is zero-shot.
     """

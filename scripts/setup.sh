@@ -15,4 +15,14 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
 fi
 # llama-cpp-python compiles from source (~6 min on 2 cores); pip caches the wheel afterwards.
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
-.venv/bin/pip install --quiet -e ".[local,postgres,duckdb,embeddings,mipro,dev]"
+.venv/bin/pip install --quiet -e ".[local,served,report,postgres,duckdb,embeddings,mipro,dev]"
+# Headless Chromium renders the HTML report in tests/test_report.py (Debian's package). Needs
+# root; without it the report test skips with its reason.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "setup: could not install chromium; the report browser test will skip" >&2
+  else
+    echo "setup: chromium missing and not root; the report browser test will skip" >&2
+  fi
+fi

@@ -536,5 +536,28 @@ def models_fetch(
         _fail(str(err))
 
 
+@app.command()
+def report(
+    runs: Annotated[
+        list[Path], typer.Argument(help="evaluation JSONL files; the first is the baseline")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="HTML file to write")] = Path(
+        "report.html"
+    ),
+    title: Annotated[str, typer.Option(help="page title")] = "sqlweave evaluation report",
+    name: Annotated[
+        list[str] | None, typer.Option("--name", help="display name per run, in order")
+    ] = None,
+) -> None:
+    """One self-contained HTML page of plots: EX per difficulty, paired differences, errors, cost."""
+    from sqlweave.report import write_report
+
+    try:
+        path = write_report(runs, out, title=title, names=name or None)
+    except (OSError, ValueError, ImportError) as err:
+        _fail(str(err))
+    typer.echo(f"report: {path}")
+
+
 def main() -> None:  # pragma: no cover - entry point
     sys.exit(app())

@@ -1,0 +1,534 @@
+"""One self-contained HTML page about evaluation runs: accuracy, paired differences, errors, cost.
+
+``sqlweave report RUN.jsonl [RUN2.jsonl ...]`` reads the JSONL records that
+:func:`sqlweave.evaluate.evaluate` writes and renders, with matplotlib, the figures a reader needs
+to judge a run or compare several on the same questions:
+
+- EX per difficulty with 95% bootstrap intervals, runs side by side;
+- each later run against the first on the questions both answered: the paired difference with its
+  bootstrap interval and McNemar's exact p-value (:mod:`sqlweave.stats`);
+- error classes (syntax error, unknown column/table, wrong result, timeout, other), from each
+  record's error kind and text;
+- tokens and seconds per question.
+
+Plots are PNG data URIs inside the page, so the file can be mailed or attached to an issue and
+opens anywhere without a server or network access. matplotlib is the optional ``report`` extra.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlweave.data import BIRD_LEVELS, SPIDER_LEVELS
+from sqlweave.evaluate import read_records
+from sqlweave.stats import Interval, PairedComparison, bootstrap_ci, outcomes_by_id, paired
+
+__all__ = [
+    "ERROR_CLASSES",
+    "Run",
+    "error_class",
+    "load_run",
+    "render_report",
+    "write_report",
+]
+
+CORRECT = "correct"
+WRONG_RESULT = "wrong result"
+SYNTAX = "syntax error"
+UNKNOWN_NAME = "unknown column/table"
+TIMEOUT = "timeout"
+OTHER = "other"
+
+#: Every class a record falls in, in the order the plots show them.
+ERROR_CLASSES = (CORRECT, WRONG_RESULT, SYNTAX, UNKNOWN_NAME, TIMEOUT, OTHER)
+
+_CLASS_COLOURS = {
+    CORRECT: "#4c9a5b",
+    WRONG_RESULT: "#e0a030",
+    SYNTAX: "#c2453d",
+    UNKNOWN_NAME: "#8c5fb0",
+    TIMEOUT: "#4a7fb5",
+    OTHER: "#9a9a9a",
+}
+
+#: ``error_kind`` values written by the evaluator (``sqlweave.db.QueryError.kind``) and their class.
+_KIND_CLASSES: Mapping[str, str] = {
+    "syntax": SYNTAX,
+    "unknown_column": UNKNOWN_NAME,
+    "unknown_table": UNKNOWN_NAME,
+    "timeout": TIMEOUT,
+}
+
+#: For records without a known kind (older files, other engines): the error text decides.
+_TEXT_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (TIMEOUT, re.compile(r"timed out|timeout|interrupt|canceling statement", re.I)),
+    (
+        SYNTAX,
+        re.compile(r"syntax error|parse error|incomplete input|unrecognized token", re.I),
+    ),
+    (
+        UNKNOWN_NAME,
+        re.compile(
+            r"no such (column|table)|unknown (column|table)|(column|relation) .* does not exist",
+            re.I,
+        ),
+    ),
+)
+
+
+def error_class(record: Mapping[str, Any]) -> str:
+    """The :data:`ERROR_CLASSES` entry of one evaluation record.
+
+    A correct record is ``correct``; a miss whose SQL ran is a ``wrong result``; a miss with an
+    error is classed by its ``error_kind`` when the evaluator recorded one it knows, else by the
+    error text, else ``other`` (no SQL, a program failure, a runtime error such as an ambiguous
+    column).
+    """
+    if record.get("correct"):
+        return CORRECT
+    error = record.get("error")
+    if not error:
+        return WRONG_RESULT
+    kind = _KIND_CLASSES.get(str(record.get("error_kind") or ""))
+    if kind is not None:
+        return kind
+    for name, pattern in _TEXT_RULES:
+        if pattern.search(str(error)):
+            return name
+    return OTHER
+
+
+@dataclass
+class Run:
+    """One evaluation run: a display name and its records."""
+
+    name: str
+    records: list[dict[str, Any]]
+    path: Path | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.records)
+
+    def outcomes(self) -> dict[str, bool]:
+        """``{question_id: correct}``."""
+        return outcomes_by_id(self.records)
+
+    def ex(self) -> Interval:
+        """EX over all records, with its 95% bootstrap interval."""
+        return bootstrap_ci([bool(r.get("correct")) for r in self.records])
+
+    def ex_by_level(self) -> dict[str, Interval]:
+        """EX per difficulty level (benchmark order), with intervals."""
+        levels: dict[str, list[bool]] = {}
+        for r in self.records:
+            levels.setdefault(_level(r), []).append(bool(r.get("correct")))
+        return {level: bootstrap_ci(levels[level]) for level in _ordered_levels(levels)}
+
+    def classes(self) -> dict[str, int]:
+        """How many records fall in each error class."""
+        counts = dict.fromkeys(ERROR_CLASSES, 0)
+        for r in self.records:
+            counts[error_class(r)] += 1
+        return counts
+
+    def tokens(self) -> list[float]:
+        """Prompt + completion tokens per question, for records that carry usage."""
+        out = []
+        for r in self.records:
+            usage = r.get("usage") or {}
+            if "prompt_tokens" in usage or "completion_tokens" in usage:
+                out.append(float(usage.get("prompt_tokens") or 0))
+                out[-1] += float(usage.get("completion_tokens") or 0)
+        return out
+
+    def seconds(self) -> list[float]:
+        """Seconds the program took per question."""
+        return [float(r["seconds"]) for r in self.records if r.get("seconds") is not None]
+
+    def calls(self, field: str = "calls") -> list[float]:
+        """LM calls per question (``field="cached_calls"``: those answered from DSPy's cache)."""
+        values = [(r.get("usage") or {}).get(field) for r in self.records]
+        return [float(v) for v in values if v is not None]
+
+
+def _level(record: Mapping[str, Any]) -> str:
+    return str(record.get("difficulty") or "unknown")
+
+
+def _ordered_levels(levels: Any) -> list[str]:
+    known = (*SPIDER_LEVELS, *BIRD_LEVELS)
+    return sorted(levels, key=lambda lv: (known.index(lv) if lv in known else len(known), lv))
+
+
+def load_run(path: str | Path, name: str | None = None) -> Run:
+    """A :class:`Run` from an evaluation JSONL file (named after the file unless ``name``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no evaluation records at {path}")
+    records = read_records(path)
+    if not records:
+        raise ValueError(f"{path} holds no evaluation records")
+    return Run(name or path.stem, records, path)
+
+
+# --- figures ---------------------------------------------------------------------------------------
+
+
+def _figure(width: float, height: float) -> Any:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as err:  # optional dependency
+        raise ImportError("reports need matplotlib: pip install 'sqlweave[report]'") from err
+    # The object-oriented API: no pyplot state, no backend selection, safe in threads.
+    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+
+
+def _png_uri(fig: Any) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _colours(n: int) -> list[str]:
+    palette = ["#4a7fb5", "#e0803a", "#4c9a5b", "#c2453d", "#8c5fb0", "#8c6d4f", "#d47fb5"]
+    return [palette[i % len(palette)] for i in range(n)]
+
+
+def plot_ex_by_difficulty(runs: Sequence[Run]) -> str:
+    """Grouped bars: EX per difficulty (and overall) per run, with 95% interval whiskers."""
+    levels = _ordered_levels({_level(r) for run in runs for r in run.records})
+    groups = [*levels, "all"]
+    fig = _figure(9, 4.2)
+    ax = fig.add_subplot()
+    width = 0.8 / len(runs)
+    for i, (run, colour) in enumerate(zip(runs, _colours(len(runs)), strict=True)):
+        by_level = run.ex_by_level()
+        cells = [
+            by_level.get(level, Interval(math.nan, math.nan, math.nan, 0)) for level in groups[:-1]
+        ]
+        cells.append(run.ex())
+        xs = [g + (i - (len(runs) - 1) / 2) * width for g in range(len(groups))]
+        heights = [100 * c.estimate for c in cells]
+        lows = [100 * (c.estimate - c.low) for c in cells]
+        highs = [100 * (c.high - c.estimate) for c in cells]
+        ax.bar(xs, heights, width, label=run.name, color=colour, alpha=0.85)
+        ax.errorbar(xs, heights, yerr=[lows, highs], fmt="none", ecolor="#333", capsize=3, lw=1)
+        for x, c in zip(xs, cells, strict=True):
+            if c.n:
+                ax.annotate(f"n={c.n}", (x, 1), ha="center", va="bottom", fontsize=7, color="white")
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("execution accuracy (%)")
+    ax.set_title("EX per difficulty, 95% bootstrap intervals")
+    ax.legend(fontsize=8, loc="upper right")
+    ax.grid(axis="y", alpha=0.3)
+    return _png_uri(fig)
+
+
+def paired_against_first(runs: Sequence[Run]) -> list[tuple[Run, PairedComparison | None]]:
+    """Each run after the first compared with the first (``None`` when they share no question)."""
+    base = runs[0].outcomes()
+    out: list[tuple[Run, PairedComparison | None]] = []
+    for run in runs[1:]:
+        try:
+            out.append((run, paired(run.outcomes(), base)))
+        except ValueError:
+            out.append((run, None))
+    return out
+
+
+def plot_paired(
+    runs: Sequence[Run], comparisons: Sequence[tuple[Run, PairedComparison | None]]
+) -> str:
+    """Forest plot: each run's EX minus the first run's, paired, with interval and McNemar p."""
+    fig = _figure(9, 0.6 * len(comparisons) + 1.6)
+    ax = fig.add_subplot()
+    names = []
+    for y, (run, cmp) in enumerate(comparisons):
+        names.append(run.name)
+        if cmp is None:
+            ax.annotate("no shared questions", (0, y), ha="center", va="center", fontsize=8)
+            continue
+        ax.errorbar(
+            [100 * cmp.delta],
+            [y],
+            xerr=[[100 * (cmp.delta - cmp.diff.low)], [100 * (cmp.diff.high - cmp.delta)]],
+            fmt="o",
+            color="#4a7fb5",
+            capsize=4,
+        )
+        ax.annotate(
+            f"{100 * cmp.delta:+.1f} pts  p={cmp.p_value:.3g}  (+{cmp.only_a} / -{cmp.only_b}, n={cmp.n})",
+            (100 * cmp.diff.high, y),
+            xytext=(6, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=8,
+        )
+    ax.axvline(0, color="#555", lw=1, ls="--")
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    ax.set_xlim(-105, 140)
+    ax.set_xlabel(f"EX difference against {runs[0].name} (points, paired bootstrap 95%)")
+    ax.set_title("Paired differences against the first run (McNemar exact p)")
+    ax.grid(axis="x", alpha=0.3)
+    return _png_uri(fig)
+
+
+def plot_error_classes(runs: Sequence[Run]) -> str:
+    """Stacked horizontal bars: the share of each error class per run."""
+    fig = _figure(9, 0.55 * len(runs) + 1.6)
+    ax = fig.add_subplot()
+    lefts = [0.0] * len(runs)
+    counts = [run.classes() for run in runs]
+    for cls in ERROR_CLASSES:
+        shares = [100 * c[cls] / max(run.n, 1) for c, run in zip(counts, runs, strict=True)]
+        ax.barh(
+            range(len(runs)), shares, left=lefts, color=_CLASS_COLOURS[cls], label=cls, height=0.6
+        )
+        for y, (left, share, c) in enumerate(zip(lefts, shares, counts, strict=True)):
+            if share >= 6:
+                ax.annotate(
+                    str(c[cls]),
+                    (left + share / 2, y),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white",
+                )
+        lefts = [a + b for a, b in zip(lefts, shares, strict=True)]
+    ax.set_yticks(range(len(runs)), [run.name for run in runs])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of questions (%)")
+    ax.set_title("Outcome per question: correct, or why not")
+    ax.legend(
+        fontsize=8,
+        ncols=len(ERROR_CLASSES),
+        loc="lower center",
+        bbox_to_anchor=(0.5, -0.55 if len(runs) < 3 else -0.35),
+    )
+    return _png_uri(fig)
+
+
+def plot_cost(runs: Sequence[Run]) -> str:
+    """Box plots side by side: tokens per question and seconds per question, per run."""
+    fig = _figure(9, 3.8)
+    for i, (title, values_of) in enumerate(
+        (
+            ("tokens per question (prompt + completion)", Run.tokens),
+            ("seconds per question", Run.seconds),
+        )
+    ):
+        ax = fig.add_subplot(1, 2, i + 1)
+        data = [values_of(run) for run in runs]
+        shown = [(run.name, d) for run, d in zip(runs, data, strict=True) if d]
+        if shown:
+            ax.boxplot(
+                [d for _, d in shown],
+                tick_labels=[name for name, _ in shown],
+                orientation="horizontal",
+                showmeans=True,
+            )
+            ax.invert_yaxis()
+        else:
+            ax.annotate(
+                "no data in these records", (0.5, 0.5), xycoords="axes fraction", ha="center"
+            )
+            ax.set_yticks([])
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(axis="y", labelsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    return _png_uri(fig)
+
+
+# --- the page --------------------------------------------------------------------------------------
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 2em auto;
+       max-width: 1000px; color: #222; padding: 0 1em; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.8em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; font-size: 0.88em; margin: 0.6em 0; }
+th, td { border: 1px solid #ddd; padding: 0.3em 0.6em; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+th { background: #f4f4f4; }
+img { max-width: 100%; display: block; margin: 0.6em 0; }
+.note { color: #666; font-size: 0.85em; }
+code { font-size: 0.9em; }
+"""
+
+
+def _mean(values: Sequence[float]) -> str:
+    return f"{sum(values) / len(values):.1f}" if values else "–"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _img(uri: str, alt: str) -> str:
+    return f'<img src="{uri}" alt="{html.escape(alt)}">'
+
+
+def _summary_rows(runs: Sequence[Run]) -> list[list[Any]]:
+    rows = []
+    for run in runs:
+        errors = sum(r.get("error") is not None for r in run.records)
+        rows.append(
+            [
+                run.name,
+                run.n,
+                str(run.ex()),
+                errors,
+                _mean(run.calls()),
+                _mean(run.calls("cached_calls")),
+                _mean(run.tokens()),
+                _mean(run.seconds()),
+            ]
+        )
+    return rows
+
+
+def _paired_rows(
+    runs: Sequence[Run], comparisons: Sequence[tuple[Run, PairedComparison | None]]
+) -> list[list[Any]]:
+    rows = []
+    for run, cmp in comparisons:
+        if cmp is None:
+            rows.append([run.name, 0, "–", "–", "–", "–", "–"])
+            continue
+        rows.append(
+            [
+                run.name,
+                cmp.n,
+                f"{100 * cmp.ex_a:.1f} vs {100 * cmp.ex_b:.1f}",
+                f"{100 * cmp.delta:+.1f} [{100 * cmp.diff.low:+.1f}, {100 * cmp.diff.high:+.1f}]",
+                cmp.only_a,
+                cmp.only_b,
+                f"{cmp.p_value:.3g}",
+            ]
+        )
+    return rows
+
+
+def render_report(runs: Sequence[Run], title: str = "sqlweave evaluation report") -> str:
+    """The HTML page (a string) for ``runs``; the first run is the baseline of the comparisons."""
+    if not runs:
+        raise ValueError("a report needs at least one run")
+    levels = _ordered_levels({_level(r) for run in runs for r in run.records})
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        '<p class="note">EX is execution accuracy; intervals are 95% percentile bootstrap '
+        f"(2,000 resamples). Generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC from "
+        + ", ".join(f"<code>{html.escape(str(run.path or run.name))}</code>" for run in runs)
+        + ".</p>",
+        "<h2>Summary</h2>",
+        _table(
+            [
+                "run",
+                "n",
+                "EX % [95% CI]",
+                "errors",
+                "LM calls / q",
+                "cached / q",
+                "tokens / q",
+                "seconds / q",
+            ],
+            _summary_rows(runs),
+        ),
+        "<h2>EX per difficulty</h2>",
+        _img(plot_ex_by_difficulty(runs), "EX per difficulty with 95% intervals"),
+        _table(
+            ["run", *levels],
+            [
+                [
+                    run.name,
+                    *(
+                        str(run.ex_by_level()[lv]) if lv in run.ex_by_level() else "–"
+                        for lv in levels
+                    ),
+                ]
+                for run in runs
+            ],
+        ),
+        "<h2>Paired differences against the first run</h2>",
+    ]
+    if len(runs) > 1:
+        comparisons = paired_against_first(runs)
+        parts += [
+            f'<p class="note">Each run against <code>{html.escape(runs[0].name)}</code> on the '
+            "questions both answered. +only / −only count the questions only that run / only the "
+            "first got right; McNemar's exact test reads only those.</p>",
+            _img(plot_paired(runs, comparisons), "paired EX differences against the first run"),
+            _table(
+                [
+                    "run",
+                    "shared n",
+                    "EX run vs first",
+                    "difference [95% CI]",
+                    "+only",
+                    "−only",
+                    "McNemar p",
+                ],
+                _paired_rows(runs, comparisons),
+            ),
+        ]
+    else:
+        parts.append('<p class="note">One run: pass more files to compare them with the first.</p>')
+    parts += [
+        "<h2>Error classes</h2>",
+        _img(plot_error_classes(runs), "error classes per run"),
+        _table(["run", *ERROR_CLASSES], [[run.name, *run.classes().values()] for run in runs]),
+        "<h2>Tokens and seconds per question</h2>",
+        _img(plot_cost(runs), "tokens and seconds per question"),
+        '<p class="note">Seconds are the program\'s wall time per question. Calls answered from '
+        "DSPy's cache count no tokens and take almost no time, so a run replayed from the cache "
+        "looks free: read the cached column of the summary first.</p>",
+        "</body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def write_report(
+    paths: Sequence[str | Path],
+    out: str | Path,
+    *,
+    title: str = "sqlweave evaluation report",
+    names: Sequence[str] | None = None,
+) -> Path:
+    """Render the runs in ``paths`` (evaluation JSONL files) into the HTML file ``out``."""
+    if names is not None and len(names) != len(paths):
+        raise ValueError(f"{len(names)} names for {len(paths)} runs")
+    runs = [load_run(p, names[i] if names else None) for i, p in enumerate(paths)]
+    _dedupe_names(runs)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_report(runs, title=title), encoding="utf-8")
+    return out
+
+
+def _dedupe_names(runs: Sequence[Run]) -> None:
+    """Two files with the same stem (runs/a/x.jsonl, runs/b/x.jsonl) get their folder in the name."""
+    seen: dict[str, int] = {}
+    for run in runs:
+        seen[run.name] = seen.get(run.name, 0) + 1
+    for run in runs:
+        if seen[run.name] > 1 and run.path is not None:
+            run.name = f"{run.path.parent.name}/{run.name}"
