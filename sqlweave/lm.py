@@ -267,6 +267,30 @@ def _continue_assistant(
     }
 
 
+THREADS_ENV = "SQLWEAVE_N_THREADS"
+
+
+def default_threads() -> int:
+    """llama.cpp threads when none are given: ``$SQLWEAVE_N_THREADS`` (read at call time), else
+    every core but one (at least one).
+
+    llama.cpp's threads meet at a barrier after every layer, so one thread that loses its core to
+    another busy process stalls all of them: with as many threads as cores, one competing process
+    cut throughput about tenfold on a 2-core machine (issue 15), while with one core left free
+    the same job kept its pace. The cost when the machine is idle is the last core's share.
+    """
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise LMSpecError(f"{THREADS_ENV} must be a positive integer, not {raw!r}") from None
+        if value < 1:
+            raise LMSpecError(f"{THREADS_ENV} must be a positive integer, not {raw!r}")
+        return value
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
 class LlamaCppEngine:
     """DSPy 3.4 custom engine running a GGUF model in-process with llama-cpp-python.
 
@@ -304,8 +328,9 @@ class LlamaCppEngine:
 
     @property
     def threads(self) -> int:
-        """Threads for prompt processing and decoding; all cores unless told otherwise."""
-        return self.n_threads or os.cpu_count() or 1
+        """Threads for prompt processing and decoding: ``n_threads``, else
+        :func:`default_threads` (``SQLWEAVE_N_THREADS`` or one core left free)."""
+        return self.n_threads or default_threads()
 
     def model_path(self) -> Path:
         """The GGUF file behind the spec, fetching a registry model on first use."""

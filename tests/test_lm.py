@@ -99,8 +99,10 @@ def test_lm_with_engine_saves_and_loads(tmp_path: Path) -> None:
     assert spec_of(loaded) == spec_of(lm)
 
 
-def test_n_threads_defaults_to_cpu_count() -> None:
-    assert LlamaCppEngine("local:qwen2.5-coder-0.5b").threads == (os.cpu_count() or 1)
+def test_n_threads_defaults_to_all_cores_but_one(monkeypatch) -> None:
+    monkeypatch.delenv("SQLWEAVE_N_THREADS", raising=False)
+    assert LlamaCppEngine("local:qwen2.5-coder-0.5b").threads == max(1, (os.cpu_count() or 1) - 1)
+    assert LlamaCppEngine("local:qwen2.5-coder-0.5b", n_threads=2).threads == 2
 
 
 def test_request_mapping() -> None:
@@ -378,3 +380,18 @@ def test_small_model_reuses_prompt_prefix_and_samples_n() -> None:
     assert second["usage"]["prompt_tokens"] > 300 and reused > 300
     samples = lm("Write a random word.", n=2, temperature=1.0)
     assert len(samples) == 2
+
+
+def test_default_threads_leave_a_core_free_and_read_the_environment(monkeypatch) -> None:
+    import os
+
+    from sqlweave.lm import THREADS_ENV, LMSpecError, default_threads
+
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    assert default_threads() == max(1, (os.cpu_count() or 1) - 1)
+    monkeypatch.setenv(THREADS_ENV, "3")
+    assert default_threads() == 3
+    for bad in ("0", "-2", "many"):
+        monkeypatch.setenv(THREADS_ENV, bad)
+        with pytest.raises(LMSpecError, match=THREADS_ENV):
+            default_threads()
