@@ -1,151 +1,370 @@
-"""How fast is EX scoring? Every bundled gold query scored against itself, cold and warm.
+"""sqlweave's EX beside an independent reference of the official scripts: agreement and speed.
 
-* cold: fresh :class:`Database` objects, so each gold query really runs (the prediction, being the
-  same SQL, then hits the gold's cache entry: one execution per question);
-* warm: the same objects again, second pass: every execution is a cache hit, so this measures
-  the comparison and the bookkeeping alone;
-* raw: each gold query executed once more with the cache off, for the engine time alone.
+The reference scorers below are written from the documented algorithms of the two official
+evaluators, not copied from them (neither is published on PyPI):
 
-Both semantics are timed (Spider's strips DISTINCT, so its queries differ from BIRD's). With
-``--audit`` it also checks the data for non-determinism (two uncached runs differ) and counts gold
-queries whose ``ORDER BY ... LIMIT k`` cuts through a tie, where an equally right prediction could
-pick another row. Writes ``experiments/results/bench_eval.json``.
+* Spider, ``eval_exec_match`` of test-suite-sql-eval with ``plug_value`` and ``keep_distinct``
+  off: repair ``> =``/``< =``/``! =``; ``sqlparse.parse(q)[0]`` with every token spelled
+  ``distinct`` dropped (sqlparse is the official script's own dependency: ``pip install
+  sqlparse``); gold ordered when ``'order by' in gold.lower()``; each query run on a fresh
+  ``sqlite3`` connection (``text_factory`` decoding with ``errors="ignore"``, ``YEAR(CURDATE())``
+  replaced by 2020) inside ``asyncio.run``; ``result_eq`` (empty == empty, same length, same
+  width, sorted-row pre-check, then a column permutation pruned by 20 sampled rows when there
+  are more than 3 columns, equal as lists when ordered, as multisets otherwise). An
+  all-whitespace query, on which ``sqlparse.parse(q)[0]`` raises, is run as the empty string.
+* BIRD, ``evaluation.py``: on one fresh connection, the prediction then the gold, ``fetchall``,
+  ``set(pred) == set(gold)``, under a 30 s thread timeout; any exception scores 0.
 
-    python experiments/bench_eval.py [--data-root PATH] [--audit]
+Triples: every prediction the experiments wrote (``results/programs`` and ``results/compile``
+JSONL records), every bundled gold against itself (Spider dev, BIRD dev; ``--train`` adds Spider
+train), variants of Spider dev golds made for the issue-17 classes (DISTINCT next to a comment,
+spaced operators, a second statement, an empty or comment-only prediction, ``ORDER  BY``), and a
+few queries over 100,000 rows on a generated database. Each triple is scored under both official
+semantics by both scorers (sqlweave on fresh :class:`Database` handles, so gold results are
+cached only within the run). Writes ``experiments/results/bench_eval.json``.
+
+    python experiments/bench_eval.py [--data-root PATH] [--train] [--limit N]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import glob
 import json
 import logging
 import platform
+import random
+import re
+import sqlite3
+import tempfile
+import threading
 import time
+from collections import defaultdict
+from itertools import product
 from pathlib import Path
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-
 from sqlweave import data
-from sqlweave.db import Database, ExecutionError
+from sqlweave.db import Database
 from sqlweave.metrics import check_execution
 
 logger = logging.getLogger("bench_eval")
+RESULTS = Path(__file__).parent / "results"
 
 
-def load_all(root: Path | None) -> dict[str, list[Any]]:
-    return {
-        "spider_dev": data.load_spider("dev", root=root),
-        "spider_train": data.load_spider("train", root=root),
-        "bird_dev": data.load_bird("dev", root=root),
-    }
+# --- the reference scorers ----------------------------------------------------------------------
 
 
-def score_pass(examples: list[Any], dbs: dict[str, Database], semantics: str) -> dict[str, Any]:
-    start = time.perf_counter()
-    correct = 0
-    for ex in examples:
-        db = dbs.get(ex.db_path)
-        if db is None:
-            db = dbs[ex.db_path] = Database.open(ex.db_path)
-        correct += check_execution(ex.gold_sql, ex.gold_sql, db, semantics).correct
-    seconds = time.perf_counter() - start
-    return {
-        "n": len(examples),
-        "correct": correct,
-        "seconds": round(seconds, 3),
-        "qps": round(len(examples) / seconds, 1),
-    }
+def _ref_remove_distinct(sql: str) -> str:
+    import sqlparse
+
+    statements = sqlparse.parse(sql)
+    if not statements:
+        return ""
+    return "".join(t.value for t in statements[0].flatten() if t.value.lower() != "distinct")
 
 
-def raw_pass(examples: list[Any], dbs: dict[str, Database]) -> dict[str, Any]:
-    start = time.perf_counter()
-    for ex in examples:
-        dbs[ex.db_path].execute(ex.gold_sql, max_rows=None, use_cache=False)
-    seconds = time.perf_counter() - start
-    return {
-        "n": len(examples),
-        "seconds": round(seconds, 3),
-        "qps": round(len(examples) / seconds, 1),
-    }
+def _ref_spider_run(path: str, sql: str) -> tuple[bool, Any]:
+    sql = re.sub(r"YEAR\s*\(\s*CURDATE\s*\(\s*\)\s*\)\s*", "2020", sql, flags=re.IGNORECASE)
 
-
-def audit(examples: list[Any], dbs: dict[str, Database]) -> dict[str, Any]:
-    """Non-deterministic golds, and ORDER BY ... LIMIT golds whose cut falls inside a tie."""
-    nondeterministic, limited, ties, unchecked = [], 0, [], 0
-    for ex in examples:
-        db = dbs[ex.db_path]
-        first = db.execute(ex.gold_sql, max_rows=None, use_cache=False)
-        second = db.execute(ex.gold_sql, max_rows=None, use_cache=False)
-        if first.rows != second.rows or "random" in ex.gold_sql.lower():
-            nondeterministic.append(ex.question_id)
-        tree = sqlglot.parse_one(ex.gold_sql, read="sqlite")
-        if not (isinstance(tree, exp.Select) and tree.args.get("order") and tree.args.get("limit")):
-            continue
-        limited += 1
+    async def run() -> tuple[bool, Any]:
+        conn = sqlite3.connect(path)
+        conn.text_factory = lambda b: b.decode(errors="ignore")
         try:
-            k = int(tree.args["limit"].expression.name)
-        except (ValueError, AttributeError):
-            unchecked += 1
+            return True, conn.execute(sql).fetchall()
+        except Exception as err:  # the official script scores any failure
+            return False, err
+        finally:
+            conn.close()
+
+    return asyncio.run(run())
+
+
+def _sorted_row(row: tuple) -> tuple:
+    return tuple(sorted(row, key=lambda v: str(v) + str(type(v))))
+
+
+def _ref_result_eq(a: list, b: list, ordered: bool, rng: random.Random) -> bool:
+    if not a and not b:
+        return True
+    if len(a) != len(b) or len(a[0]) != len(b[0]):
+        return False
+    sa, sb = [_sorted_row(r) for r in a], [_sorted_row(r) for r in b]
+    if (sa != sb) if ordered else (set(sa) != set(sb)):
+        return False
+    n = len(a[0])
+    a_cols = [{r[i] for r in a} for i in range(n)]
+    allowed = [set(range(n)) for _ in range(n)]
+    if n > 3:
+        for _ in range(20):
+            row = rng.choice(b)
+            for i in range(n):
+                allowed[i] = {j for j in allowed[i] if row[j] in a_cols[i]}
+    for perm in product(*allowed):
+        if len(set(perm)) != n:
             continue
-        # The sort keys of every row, without the limit: a tie across the cut means the gold's
-        # answer depends on the engine's order among equal rows.
-        keys = tree.copy()
-        keys.set("limit", None)
-        keys.set("distinct", None)
-        keys.set("expressions", [o.this.copy() for o in tree.args["order"].expressions])
+        bp = b if n == 1 else [tuple(r[j] for j in perm) for r in b]
+        if ordered:
+            if a == bp:
+                return True
+        elif set(a) == set(bp):
+            counts: dict = defaultdict(int)
+            for r in a:
+                counts[r] += 1
+            for r in bp:
+                counts[r] -= 1
+            if all(c == 0 for c in counts.values()):
+                return True
+    return False
+
+
+def ref_spider(pred: str, gold: str, path: str, rng: random.Random) -> tuple[bool, bool]:
+    """(verdict, gold failed)."""
+    fix = ("> =", ">="), ("< =", "<="), ("! =", "!=")
+    for old, new in fix:
+        pred, gold = pred.replace(old, new), gold.replace(old, new)
+    pred, gold = _ref_remove_distinct(pred), _ref_remove_distinct(gold)
+    ordered = "order by" in gold.lower()
+    g_ok, g_rows = _ref_spider_run(path, gold)
+    if not g_ok:
+        return False, True
+    p_ok, p_rows = _ref_spider_run(path, pred)
+    return p_ok and _ref_result_eq(g_rows, p_rows, ordered, rng), False
+
+
+def ref_bird(pred: str, gold: str, path: str, timeout_s: float = 30.0) -> tuple[bool, bool]:
+    """(verdict, gold failed): the official script cannot tell a failing gold from a failing
+    prediction, so the flag is computed apart, for the report only."""
+    out: list[int] = []
+
+    def work() -> None:
+        conn = sqlite3.connect(path)
         try:
-            rows = db.execute(keys.sql(dialect="sqlite"), max_rows=None, use_cache=False).rows
-        except ExecutionError:
-            unchecked += 1
-            continue
-        if len(rows) > k and rows[k - 1] == rows[k]:
-            ties.append(ex.question_id)
-    return {
-        "nondeterministic": nondeterministic,
-        "order_by_limit": limited,
-        "tie_at_limit": len(ties),
-        "tie_at_limit_examples": ties[:10],
-        "unchecked": unchecked,
-    }
+            p = conn.execute(pred).fetchall()
+            g = conn.execute(gold).fetchall()
+            out.append(int(set(p) == set(g)))
+        except Exception:  # noqa: BLE001 - the official script scores any failure 0
+            out.append(0)
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    verdict = bool(out and out[0])
+    gold_failed = False
+    if not verdict:
+        try:
+            conn = sqlite3.connect(path)
+            conn.execute(gold).fetchall()
+        except Exception:  # noqa: BLE001 - any gold failure is the flag
+            gold_failed = True
+        finally:
+            conn.close()
+    return verdict, gold_failed
+
+
+# --- triples ------------------------------------------------------------------------------------
+
+
+def _db_paths(root: Path | None) -> dict[tuple[str, str], str]:
+    paths = {}
+    for source, examples in (
+        ("spider", data.load_spider("dev", root=root) + data.load_spider("train", root=root)),
+        ("bird", data.load_bird("dev", root=root)),
+    ):
+        for ex in examples:
+            paths[(source, ex.db_id)] = ex.db_path
+    return paths
+
+
+def experiment_triples(paths: dict) -> list[dict[str, str]]:
+    triples = []
+    for name in sorted(
+        glob.glob(str(RESULTS / "programs" / "*.jsonl"))
+        + glob.glob(str(RESULTS / "compile" / "*.jsonl"))
+    ):
+        for line in Path(name).read_text().splitlines():
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            path = paths[(r.get("source") or "spider", r["db_id"])]
+            triples.append(
+                {
+                    "kind": "experiments",
+                    "pred": r["pred_sql"] or "",
+                    "gold": r["gold_sql"],
+                    "db": path,
+                }
+            )
+    return triples
+
+
+def variants(gold: str) -> list[str]:
+    """Predictions for the issue-17 classes, made from one gold query."""
+    out = [
+        gold + "; SELECT 1",
+        gold.replace(">=", "> =").replace("<=", "< =").replace("!=", "! ="),
+        "",
+        "-- no answer",
+        re.sub(r"(?i)^select ", "SELECT DISTINCT ", gold, count=1),
+        re.sub(r"(?i)^select ", "SELECT DISTINCT -- all of them\n", gold, count=1),
+        gold.replace("ORDER BY", "ORDER  BY"),
+    ]
+    return [v for v in out if v != gold]
+
+
+def large_db(folder: Path) -> str:
+    path = folder / "large.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE big (n INTEGER, k INTEGER, t TEXT)")
+    conn.executemany(
+        "INSERT INTO big VALUES (?, ?, ?)", ((i, i % 7, f"v{i % 11}") for i in range(150_000))
+    )
+    conn.commit()
+    conn.close()
+    return str(path)
+
+
+LARGE = [
+    ("SELECT n FROM big WHERE n != 149999", "SELECT n FROM big"),
+    ("SELECT n FROM big LIMIT 100000", "SELECT n FROM big"),
+    ("SELECT n, k FROM big", "SELECT k, n FROM big"),
+    ("SELECT k FROM big", "SELECT DISTINCT k FROM big"),
+    ("SELECT k, t FROM big WHERE n < 149990", "SELECT DISTINCT k, t FROM big"),
+    ("SELECT n FROM big ORDER BY n DESC", "SELECT n FROM big ORDER BY n"),
+]
+
+
+# --- scoring ------------------------------------------------------------------------------------
+
+
+def score_sqlweave(triples: list[dict], semantics: str) -> tuple[list[bool], list[float]]:
+    """Verdicts and seconds per triple (a database opened on first use counts to its triple)."""
+    dbs: dict[str, Database] = {}
+    verdicts, seconds = [], []
+    for t in triples:
+        start = time.perf_counter()
+        db = dbs.get(t["db"]) or dbs.setdefault(t["db"], Database.open(t["db"]))
+        match = check_execution(t["pred"], t["gold"], db, semantics, strict_gold=False)
+        verdicts.append(match.correct)
+        seconds.append(time.perf_counter() - start)
+    for db in dbs.values():
+        db.close()
+    return verdicts, seconds
+
+
+def score_reference(triples: list[dict], semantics: str) -> tuple[list[bool], list[float]]:
+    rng = random.Random(0)
+    verdicts, seconds = [], []
+    for t in triples:
+        start = time.perf_counter()
+        if semantics == "official-spider":
+            verdicts.append(ref_spider(t["pred"], t["gold"], t["db"], rng)[0])
+        else:
+            verdicts.append(ref_bird(t["pred"], t["gold"], t["db"])[0])
+        seconds.append(time.perf_counter() - start)
+    return verdicts, seconds
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", type=Path, default=None)
-    parser.add_argument("--audit", action="store_true", help="also audit the gold queries")
-    parser.add_argument(
-        "--out", type=Path, default=Path(__file__).parent / "results" / "bench_eval.json"
-    )
+    parser.add_argument("--train", action="store_true", help="also Spider train golds")
+    parser.add_argument("--limit", type=int, default=None, help="at most N triples per group")
+    parser.add_argument("--out", type=Path, default=RESULTS / "bench_eval.json")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        import sqlparse  # noqa: F401 - the official Spider script's own dependency
+    except ImportError as err:
+        raise SystemExit("the Spider reference needs sqlparse: pip install sqlparse") from err
 
-    sets = load_all(args.data_root)
+    paths = _db_paths(args.data_root)
+    spider_dev = data.load_spider("dev", root=args.data_root)
+    golds = spider_dev + data.load_bird("dev", root=args.data_root)
+    if args.train:
+        golds += data.load_spider("train", root=args.data_root)
+    groups: dict[str, list[dict]] = {
+        "experiments": experiment_triples(paths),
+        "gold_vs_gold": [
+            {"kind": "gold_vs_gold", "pred": e.gold_sql, "gold": e.gold_sql, "db": e.db_path}
+            for e in golds
+        ],
+        "class_variants": [
+            {"kind": "class_variants", "pred": v, "gold": e.gold_sql, "db": e.db_path}
+            for e in spider_dev
+            for v in variants(e.gold_sql)
+        ],
+    }
+    tmp = tempfile.TemporaryDirectory()
+    big = large_db(Path(tmp.name))
+    groups["over_100k_rows"] = [
+        {"kind": "over_100k_rows", "pred": p, "gold": g, "db": big} for p, g in LARGE
+    ]
+    if args.limit:
+        groups = {k: v[: args.limit] for k, v in groups.items()}
+    triples = [t for v in groups.values() for t in v]
+
     results: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpu": platform.processor() or "?"},
-        "sets": {k: len(v) for k, v in sets.items()},
-        "timings": {},
+        "reference": "independent re-implementation of the official algorithms (see docstring)",
+        "triples": {k: len(v) for k, v in groups.items()},
+        "semantics": {},
     }
-    for semantics in ("spider", "bird"):
-        for name, examples in sets.items():
-            dbs: dict[str, Database] = {}
-            cold = score_pass(examples, dbs, semantics)
-            warm = score_pass(examples, dbs, semantics)
-            row = {"cold": cold, "warm": warm}
-            if semantics == "spider":
-                row["raw_execute"] = raw_pass(examples, dbs)
-            results["timings"][f"{name}/{semantics}"] = row
-            print(
-                f"{name:>13} {semantics:>6}: cold {cold['seconds']:7.2f} s ({cold['qps']:8.1f} q/s)"
-                f"  warm {warm['seconds']:6.2f} s ({warm['qps']:8.1f} q/s)"
-                f"  EX {cold['correct']}/{cold['n']}"
+    for semantics in ("official-spider", "official-bird"):
+        ours, ours_t = score_sqlweave(triples, semantics)
+        ref, ref_t = score_reference(triples, semantics)
+        ours_s, ref_s = sum(ours_t), sum(ref_t)
+        by_group: dict[str, dict[str, Any]] = {}
+        disagreements = []
+        for t, a, b, ta, tb in zip(triples, ours, ref, ours_t, ref_t, strict=True):
+            g = by_group.setdefault(
+                t["kind"],
+                {
+                    "n": 0,
+                    "agree": 0,
+                    "ex_sqlweave": 0,
+                    "ex_ref": 0,
+                    "sqlweave_s": 0.0,
+                    "ref_s": 0.0,
+                },
             )
-            if args.audit and semantics == "spider":
-                results.setdefault("audit", {})[name] = audit(examples, dbs)
-                print(f"{'':>13} audit: {results['audit'][name]}")
-            for db in dbs.values():
-                db.close()
+            g["n"] += 1
+            g["agree"] += a == b
+            g["ex_sqlweave"] += a
+            g["ex_ref"] += b
+            g["sqlweave_s"] += ta
+            g["ref_s"] += tb
+            if a != b:
+                disagreements.append({**t, "sqlweave": a, "reference": b})
+        for g in by_group.values():
+            g["speedup"] = round(g["ref_s"] / g["sqlweave_s"], 2) if g["sqlweave_s"] else None
+            g["sqlweave_s"], g["ref_s"] = round(g["sqlweave_s"], 3), round(g["ref_s"], 3)
+        agree = sum(a == b for a, b in zip(ours, ref, strict=True))
+        row = {
+            "n": len(triples),
+            "agreement": agree / len(triples),
+            "sqlweave_seconds": round(ours_s, 3),
+            "reference_seconds": round(ref_s, 3),
+            "speedup": round(ref_s / ours_s, 2),
+            "by_group": by_group,
+            "disagreements": disagreements[:20],
+        }
+        results["semantics"][semantics] = row
+        print(
+            f"{semantics:>16}: {len(triples)} triples, agreement {agree}/{len(triples)} "
+            f"({100 * agree / len(triples):.2f}%), sqlweave {ours_s:.2f} s, reference "
+            f"{ref_s:.2f} s, {ref_s / ours_s:.2f}x faster"
+        )
+        for kind, g in by_group.items():
+            print(
+                f"{'':>18}{kind:>16}: {g['agree']}/{g['n']} agree, EX {g['ex_sqlweave']}/{g['n']},"
+                f" sqlweave {g['sqlweave_s']:.2f} s, reference {g['ref_s']:.2f} s"
+                f" ({g['speedup']}x)"
+            )
+    tmp.cleanup()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")
