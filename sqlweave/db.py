@@ -118,8 +118,15 @@ SQLITE_MAX_LENGTH = 1_000_000
 #: Process-wide cap on SQLite's heap (sqlite3_hard_heap_limit64), set on the first SQLite open
 #: unless a lower one is already in force; allocations beyond it fail with "out of memory".
 SQLITE_HEAP_LIMIT = 1024 * 1024 * 1024
-#: SQLite virtual-machine instructions between two progress-handler calls.
+#: SQLite virtual-machine instructions between two progress-handler calls. SQLite counts them
+#: only at jumps, so straight-line code (one row of many expensive calls) is never checked; the
+#: call cap below bounds that instead.
 SQLITE_PROGRESS_STEPS = 1_000
+#: Most function calls one SQLite query may make in its text (each call is one uninterruptible
+#: instruction costing up to ~10 ms on a value of SQLITE_MAX_LENGTH).
+SQLITE_MAX_FUNCTION_CALLS = 100
+#: Longest LIKE / GLOB pattern: matching costs up to (value length x pattern length).
+SQLITE_MAX_LIKE_PATTERN = 1_000
 #: Idle SQLite connections kept per database for reuse; busy ones are not counted.
 SQLITE_MAX_IDLE = 8
 #: DuckDB's own memory limit for one database handle.
@@ -340,6 +347,14 @@ def _check_size(sql: str, dialect: str) -> None:
         )
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates
+        return False
+    return True
+
+
 def check_read_only(sql: str, dialect: str = "sqlite") -> exp.Expression:
     """Parse ``sql`` and return its AST if it is exactly one read-only query.
 
@@ -349,6 +364,8 @@ def check_read_only(sql: str, dialect: str = "sqlite") -> exp.Expression:
     """
     if not sql or not sql.strip():
         raise ExecutionError("syntax", "empty query", sql)
+    if "\x00" in sql or not _encodable(sql):
+        raise ExecutionError("syntax", "the query text holds a NUL or an invalid character", sql)
     _check_size(sql, dialect)
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
@@ -363,7 +380,10 @@ def check_read_only(sql: str, dialect: str = "sqlite") -> exp.Expression:
     roots = _QUERY_ROOTS + (_DUCKDB_QUERY_ROOTS if dialect == "duckdb" else ())
     if not isinstance(tree, roots):
         raise _refuse(f"only SELECT queries may run, not {tree.key.upper()}", sql)
+    calls = 0
     for node in tree.walk():
+        if isinstance(node, exp.Func):
+            calls += 1
         if isinstance(node, _WRITE_NODES):
             raise _refuse(f"{node.key.upper()} is not allowed inside a query", sql)
         if isinstance(node, exp.Func):
@@ -373,6 +393,12 @@ def check_read_only(sql: str, dialect: str = "sqlite") -> exp.Expression:
         elif isinstance(node, exp.Table) and node.name.lower().startswith("pragma_"):
             # SQLite's argument-less pragma table functions parse as plain table names.
             raise _refuse(f"{node.name} (a PRAGMA) is not allowed", sql)
+    if dialect == "sqlite" and calls > SQLITE_MAX_FUNCTION_CALLS:
+        raise ExecutionError(
+            "runtime",
+            f"too many function calls ({calls}; at most {SQLITE_MAX_FUNCTION_CALLS})",
+            sql,
+        )
     return tree
 
 
@@ -1031,6 +1057,8 @@ class Database:
             raise ExecutionError("timeout", message, sql) from err
         except MemoryError as err:
             raise ExecutionError("runtime", "query needs more memory than allowed", sql) from err
+        except UnicodeError as err:
+            raise ExecutionError("syntax", f"the query text cannot be sent: {err}", sql) from err
         except RecursionError as err:
             raise ExecutionError("syntax", "query nested too deeply", sql) from err
         result = QueryResult(columns, rows, truncated, time.monotonic() - start)
@@ -1055,6 +1083,7 @@ class Database:
         conn = _sqlite_connect(self.path, _untrusted_authorizer, self._immutable)
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, SQLITE_MAX_LENGTH)
         conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, 4 * MAX_SQL_CHARS)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, SQLITE_MAX_LIKE_PATTERN)
         return conn
 
     @property
