@@ -382,8 +382,8 @@ def check_read_only(sql: str, dialect: str = "sqlite") -> exp.Expression:
         raise _refuse(f"only SELECT queries may run, not {tree.key.upper()}", sql)
     calls = 0
     for node in tree.walk():
-        if isinstance(node, exp.Func):
-            calls += 1
+        if isinstance(node, exp.Func) and not isinstance(node, exp.Connector | exp.Binary):
+            calls += 1  # sqlglot models AND / OR as functions too
         if isinstance(node, _WRITE_NODES):
             raise _refuse(f"{node.key.upper()} is not allowed inside a query", sql)
         if isinstance(node, exp.Func):

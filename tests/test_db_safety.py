@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -300,3 +301,203 @@ def test_reads_still_work(guarded: tuple[Database, Path, str]) -> None:
     ).rows
     assert db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").rows
     assert db.execute("SELECT count(*) FROM singer WHERE Name GLOB 'J*' OR Name LIKE 't%'").rows
+
+
+# --- threads, opening, limits (issue 19) ------------------------------------------------------------
+
+
+def _run_threads(n: int, target: Callable[[int], None], timeout_s: float) -> list[threading.Thread]:
+    threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout_s
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    return [t for t in threads if t.is_alive()]
+
+
+def test_eight_threads_introspect_one_fresh_database_20_times(
+    bundled: Path, tmp_path: Path
+) -> None:
+    """The shared introspection connection deadlocked (authorizer vs GIL); now 20 clean runs."""
+    from sqlweave import schema as schema_mod
+
+    for run in range(20):
+        path = tmp_path / f"fresh{run}.sqlite"
+        shutil.copyfile(bundled, path)
+        schema_mod.clear_cache()
+        with Database.open(path) as db:
+            barrier = threading.Barrier(8)
+            got: dict[int, object] = {}
+
+            def work(
+                i: int,
+                db: Database = db,
+                barrier: threading.Barrier = barrier,
+                got: dict[int, object] = got,
+            ) -> None:
+                barrier.wait()
+                got[i] = schema_mod.introspect(db)
+
+            stuck = _run_threads(8, work, timeout_s=30)
+            assert not stuck, f"run {run}: {len(stuck)} threads hung"
+            assert len({id(s) for s in got.values()}) == 1  # built once, shared
+    schema_mod.clear_cache()
+
+
+def test_close_during_queries_does_not_crash(copy: Path) -> None:
+    db = Database.open(copy)
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        for _ in range(30):
+            try:
+                db.execute(RUNAWAY["runaway_cte_cross_join"], timeout_s=0.2, use_cache=False)
+            except ExecutionError:
+                pass
+            except BaseException as err:  # anything else is a bug
+                errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for _ in range(20):
+        time.sleep(0.05)
+        db.close()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors
+    assert db.execute("SELECT count(*) FROM singer", use_cache=False).rows == ((6,),)
+    db.close()
+    assert db.open_connections == 0
+
+
+def test_connections_are_bounded_across_many_threads(copy: Path) -> None:
+    fds = Path("/proc/self/fd")
+    before = len(list(fds.iterdir())) if fds.is_dir() else 0
+    with Database.open(copy) as db:
+        for start in range(0, 2000, 100):
+            threads = [
+                threading.Thread(target=db.execute, args=(f"SELECT {start + i}",))
+                for i in range(100)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        assert db.open_connections <= dbmod.SQLITE_MAX_IDLE
+        if fds.is_dir():
+            assert len(list(fds.iterdir())) - before <= dbmod.SQLITE_MAX_IDLE + 4
+
+
+def test_wal_mode_file_opens_without_side_files(tmp_path: Path, bundled: Path) -> None:
+    path = tmp_path / "wal.sqlite"
+    shutil.copyfile(bundled, path)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode = WAL").fetchone() == ("wal",)
+    conn.close()  # checkpoints and removes -wal / -shm
+    assert not _sidecars(path)
+    before = _sha256(path)
+    with Database.open(path) as db:
+        assert db.execute("SELECT count(*) FROM singer").rows == ((6,),)
+        from sqlweave.schema import introspect
+
+        assert introspect(db, sample_rows=1, distinct_values=1).tables
+        assert not _sidecars(path), _sidecars(path)
+    assert not _sidecars(path)
+    assert _sha256(path) == before
+
+
+@pytest.mark.parametrize("timeout_s", [float("nan"), -1.0, 0.0, float("inf")])
+def test_bad_timeouts_are_rejected(guarded: tuple[Database, Path, str], timeout_s: float) -> None:
+    db, _, _ = guarded
+    with pytest.raises(ValueError, match="timeout_s"):
+        db.execute("SELECT 1", timeout_s=timeout_s)
+
+
+def test_parse_time_counts_inside_the_timeout(guarded: tuple[Database, Path, str]) -> None:
+    """An OR chain just under the length cap: parse + run stays within timeout + 1 s."""
+    db, _, _ = guarded
+    sql = "SELECT count(*) FROM singer WHERE Singer_ID = 0"
+    n = 1
+    while len(sql) < dbmod.MAX_SQL_CHARS - 30:
+        sql += f" OR Singer_ID = {n}"
+        n += 1
+    start = time.monotonic()
+    outcome = db.try_execute(sql, timeout_s=0.05, use_cache=False)
+    elapsed = time.monotonic() - start
+    assert elapsed <= 0.05 + 1.0
+    assert isinstance(outcome, ExecutionError) and outcome.kind == "timeout", outcome
+    # Over the cap: refused at once, before any parsing.
+    start = time.monotonic()
+    err = db.try_execute(sql + " OR 1" * 100_000, timeout_s=30)
+    assert isinstance(err, ExecutionError) and "too long" in err.message
+    assert time.monotonic() - start < 1.0
+
+
+def test_results_are_capped_in_bytes(guarded: tuple[Database, Path, str]) -> None:
+    db, _, _ = guarded
+    sql = "SELECT printf('%.*c', 900000, 'a') FROM singer a, singer b"  # 36 rows x 0.9 MB
+    result = db.execute(sql, max_bytes=5_000_000)
+    assert result.truncated and 1 <= len(result) <= 6
+    assert len(db.execute(sql, max_bytes=None).rows) == 36
+
+
+def test_corrupted_file_is_a_clear_connection_error(bundled: Path, tmp_path: Path) -> None:
+    path = tmp_path / "corrupt.sqlite"
+    data = bytearray(bundled.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # the schema page, header intact
+    path.write_bytes(bytes(data))
+    with pytest.raises(ExecutionError) as info:
+        Database.open(path)
+    assert info.value.kind == "connection" and "corrupt" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://user:secret@host:notaport/db",
+        "postgresql://user:secret@[::1/db",
+        "duckdb:///",
+        "sqlite:///:memory:",
+        "nonsense+driver://x",
+        "://missing-scheme",
+    ],
+)
+def test_malformed_urls_are_clear_connection_errors(url: str) -> None:
+    with pytest.raises(ExecutionError) as info:
+        Database.open(url)
+    assert info.value.kind == "connection"
+    assert "secret" not in info.value.message
+    assert "\n" not in info.value.message
+
+
+def test_harmless_sqlite_reads_run(guarded: tuple[Database, Path, str]) -> None:
+    db, _, _ = guarded
+    assert db.execute("VALUES (1, 2)").rows == ((1, 2),)
+    assert db.execute("SELECT value FROM json_each('[1, 2]')").rows == ((1,), (2,))
+
+
+def test_duckdb_setseed_does_not_persist(copy: Path, tmp_path: Path) -> None:
+    pytest.importorskip("duckdb_engine")
+    from sqlweave.transfer import copy_sqlite_to_duckdb
+
+    path = copy_sqlite_to_duckdb(copy, tmp_path / "c.duckdb")
+    with Database.open(f"duckdb:///{path}") as db:
+        refused = db.try_execute("SELECT setseed(0.5)")
+        assert isinstance(refused, ExecutionError) and refused.kind == "not_read_only"
+        # Even past the query check, the seed does not outlive its query on the pooled connection.
+        original = dbmod.check_read_only
+        dbmod.check_read_only = lambda sql, dialect="sqlite": None  # type: ignore[assignment]
+        try:
+            draws = set()
+            for _ in range(3):
+                db.execute("SELECT setseed(0.5)", use_cache=False)
+                draws.add(db.execute("SELECT random()", use_cache=False).rows[0][0])
+        finally:
+            dbmod.check_read_only = original
+        assert len(draws) == 3
+        for sql in ("DESCRIBE singer", "SUMMARIZE singer", "VALUES (1)"):
+            assert db.execute(sql).rows, sql
+        assert db.execute("PIVOT singer ON Country USING count(*)").columns
