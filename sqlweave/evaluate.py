@@ -174,6 +174,7 @@ def evaluate(
     resume: bool = True,
     progress: bool = True,
     usage_tracker: UsageTracker | None | str = _AUTO,
+    strict_gold: bool = False,
 ) -> dict[str, Any]:
     """Run ``program`` on every example and score it by execution match.
 
@@ -182,9 +183,12 @@ def evaluate(
     example by its own benchmark's rules. With ``out_path`` each record is appended to that JSONL
     file as soon as it is done; with ``resume`` a rerun skips questions already recorded there
     (``resume=False`` starts the file afresh). ``usage_tracker`` is a context-manager factory whose
-    value has ``.as_dict()``; by default :func:`sqlweave.lm.track_usage`, if available.
+    value has ``.as_dict()``; by default :func:`sqlweave.lm.track_usage`, if available. A gold
+    query that fails is recorded as a miss with ``gold_error`` set; ``strict_gold=True`` raises
+    :class:`~sqlweave.metrics.GoldQueryError` instead (a benchmark whose gold cannot run).
 
-    Returns ``{"ex", "n", "errors", "by_difficulty": {level: {"ex", "n"}}, "usage",
+    Returns ``{"ex", "interval", "n", "errors", "by_difficulty": {level: {"ex", "n", "interval"}},
+    "usage",
     "usage_total", "records"}`` with records in example order. Prints nothing.
     """
     tracker = default_usage_tracker() if usage_tracker == _AUTO else usage_tracker
@@ -238,9 +242,11 @@ def evaluate(
     try:
         if num_threads <= 1:
             for ex in todo:
-                finish(_evaluate_one(program, ex, semantics, timeout_s, tracker))
+                finish(_evaluate_one(program, ex, semantics, timeout_s, tracker, strict_gold))
         else:
-            _run_threads(program, todo, semantics, timeout_s, tracker, num_threads, finish)
+            _run_threads(
+                program, todo, semantics, timeout_s, tracker, num_threads, finish, strict_gold
+            )
     finally:
         bar.close()
         if handle is not None:
@@ -256,9 +262,10 @@ def _run_threads(
     tracker: UsageTracker | None,
     num_threads: int,
     finish: Callable[[dict[str, Any]], None],
+    strict_gold: bool = False,
 ) -> None:
     def task(ex: Any) -> None:
-        finish(_evaluate_one(program, ex, semantics, timeout_s, tracker))
+        finish(_evaluate_one(program, ex, semantics, timeout_s, tracker, strict_gold))
 
     with ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="sqlweave-eval") as pool:
         # Each task runs in a copy of the caller's context, so dspy.context(lm=...) set around

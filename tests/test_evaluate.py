@@ -154,8 +154,15 @@ def test_threads_give_the_same_records_and_see_the_dspy_context(examples, lookup
     assert len(seen) == len(examples) and all(s is lm for s in seen)
 
 
-def test_failing_gold_stops_the_run(examples, lookup, tmp_path):
+def test_failing_gold_is_a_flagged_miss_unless_strict(examples, lookup, tmp_path):
     broken = [examples[0].copy(gold_sql="SELECT * FROM no_such_table"), *examples[1:3]]
+    result = evaluate(
+        Counting(lookup), broken, out_path=tmp_path / "ok.jsonl", progress=False, usage_tracker=None
+    )
+    first = result["records"][0]
+    assert first["correct"] is False and first["gold_error"]
+    assert "no_such_table" in first["gold_error"]
+    assert all(not r.get("gold_error") for r in result["records"][1:])
     with pytest.raises(GoldQueryError):
         evaluate(
             Counting(lookup),
@@ -163,6 +170,7 @@ def test_failing_gold_stops_the_run(examples, lookup, tmp_path):
             out_path=tmp_path / "r.jsonl",
             progress=False,
             usage_tracker=None,
+            strict_gold=True,
         )
     with pytest.raises(GoldQueryError):
         evaluate(
@@ -172,6 +180,7 @@ def test_failing_gold_stops_the_run(examples, lookup, tmp_path):
             num_threads=2,
             progress=False,
             usage_tracker=None,
+            strict_gold=True,
         )
 
 
