@@ -47,12 +47,17 @@ def _setup_logging(verbose: bool) -> None:
     )
 
 
-def _configure_lm(model: str, api_base: str | None) -> Any:
+def _configure_lm(model: str, api_base: str | None, n_threads: int | None = None) -> Any:
     from sqlweave.lm import configure
 
     options: dict[str, Any] = {}
     if api_base:
         options["api_base"] = api_base
+    if n_threads is not None:
+        if n_threads < 1:
+            _fail(f"--n-threads must be at least 1, not {n_threads}")
+        if model.startswith(("local:", "gguf:")):
+            options["n_threads"] = n_threads
     try:
         return configure(model, **options)
     except Exception as err:  # weights missing, server unreachable: say so and stop
@@ -120,9 +125,17 @@ def _program_from(program: str, switches: list[str]) -> tuple[Any, str]:
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-    typer.echo(f"EX {summary['ex'] * 100:.1f} on {summary['n']} questions")
+    low, high = summary.get("interval") or (summary["ex"], summary["ex"])
+    typer.echo(
+        f"EX {summary['ex'] * 100:.1f} [95% CI {low * 100:.1f}, {high * 100:.1f}] "
+        f"on {summary['n']} questions"
+    )
     for level, stats in summary.get("by_difficulty", {}).items():
-        typer.echo(f"  {level:<12} EX {stats['ex'] * 100:5.1f}  (n={stats['n']})")
+        lo, hi = stats.get("interval") or (stats["ex"], stats["ex"])
+        typer.echo(
+            f"  {level:<12} EX {stats['ex'] * 100:5.1f}  [{lo * 100:5.1f}, {hi * 100:5.1f}]"
+            f"  (n={stats['n']})"
+        )
     usage = summary.get("usage")
     if usage:
         typer.echo(
@@ -195,19 +208,66 @@ def evaluate(
     api_base: ApiBaseOpt = None,
     set_: SetOpt = None,
     threads: Annotated[int, typer.Option(help="questions evaluated in parallel")] = 1,
+    slice_: Annotated[
+        str | None,
+        typer.Option(
+            "--slice",
+            help="a named slice (spider-dev-200, bird-52, spider-train-val); "
+            "replaces --dataset/--split/--n/--seed",
+        ),
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(help="JSONL of another run (e.g. naive) to compare with, paired"),
+    ] = None,
+    strict_gold: Annotated[
+        bool,
+        typer.Option(
+            "--strict-gold",
+            help="stop at a gold query that fails (default: record it as a flagged miss)",
+        ),
+    ] = False,
+    n_threads: Annotated[
+        int | None,
+        typer.Option(
+            "--n-threads",
+            help="llama.cpp threads for a local model (default: $SQLWEAVE_N_THREADS, "
+            "else all cores but one)",
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Execution accuracy of a program on a benchmark slice; resumes an interrupted run."""
-    _setup_logging(verbose)
-    from sqlweave.data import eval_slice
-    from sqlweave.evaluate import evaluate as run_eval
+    """Execution accuracy of a program on a benchmark slice; resumes an interrupted run.
 
-    examples = _load_examples(dataset, split, data_root)
-    examples = eval_slice(examples, n=n or None, seed=seed)
+    Prints EX with a 95% bootstrap interval, per difficulty, usage per question and, with
+    ``--baseline``, the paired difference and McNemar's exact p-value against that run.
+    """
+    _setup_logging(verbose)
+    from sqlweave.data import eval_slice, load_slice
+    from sqlweave.evaluate import compare, read_records
+    from sqlweave.evaluate import evaluate as run_eval
+    from sqlweave.metrics import GoldQueryError
+
+    if slice_ is not None:
+        try:
+            examples = load_slice(slice_, root=data_root)
+        except Exception as err:
+            _fail(str(err))
+        tag = slice_
+    else:
+        examples = _load_examples(dataset, split, data_root)
+        examples = eval_slice(examples, n=n or None, seed=seed)
+        tag = f"{Path(dataset).stem}-{split}-n{len(examples)}"
+    base_records = None
+    if baseline is not None:
+        try:
+            base_records = read_records(baseline)
+        except (OSError, ValueError) as err:
+            _fail(f"cannot read --baseline {baseline}: {err}")
     prog, name = _program_from(program, set_ or [])
-    _configure_lm(model, api_base)
-    out = out or Path("runs") / f"{name}-{Path(dataset).stem}-{split}-n{len(examples)}.jsonl"
+    _configure_lm(model, api_base, n_threads)
+    out = out or Path("runs") / f"{name}-{tag}.jsonl"
     try:
         summary = run_eval(
             prog.program,
@@ -216,10 +276,24 @@ def evaluate(
             num_threads=threads,
             resume=resume,
             progress=progress,
+            strict_gold=strict_gold,
         )
     except ValueError as err:  # e.g. --out holds another dataset's records
         _fail(str(err))
+    except GoldQueryError as err:  # --strict-gold
+        _fail(str(err))
     _print_summary(summary)
+    if base_records is not None:
+        try:
+            cmp = compare(summary["records"], base_records)
+        except ValueError as err:
+            _fail(f"--baseline {baseline}: {err}")
+        typer.echo(
+            f"vs {baseline}: {cmp['delta'] * 100:+.1f} points on {cmp['n']} shared questions "
+            f"[{cmp['delta_interval'][0] * 100:+.1f}, {cmp['delta_interval'][1] * 100:+.1f}], "
+            f"only this run {cmp['only_run']}, only the baseline {cmp['only_baseline']}, "
+            f"McNemar p = {cmp['p']:.3g}"
+        )
     typer.echo(f"records: {out}")
 
 
