@@ -120,6 +120,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+def rescore(jsonl: Path) -> tuple[int, int]:
+    """Score every record of ``jsonl`` again with the current metrics (the LM's SQL is kept), so
+    runs made before a scoring fix compare under one semantics. Returns (records, changed)."""
+    from sqlweave.data import load_slice, open_database
+    from sqlweave.evaluate import read_records
+    from sqlweave.metrics import check_execution, semantics_for
+
+    slice_name = jsonl.stem.split("__")[-2]
+    examples = {str(ex.question_id): ex for ex in load_slice(slice_name)}
+    records = read_records(jsonl)
+    changed = 0
+    for record in records:
+        ex = examples[str(record["question_id"])]
+        sem = semantics_for(ex)
+        match = check_execution(
+            record.get("pred_sql") or "", ex.gold_sql, open_database(ex), sem, strict_gold=False
+        )
+        if bool(match.correct) != bool(record.get("correct")):
+            changed += 1
+        record["correct"] = bool(match.correct)
+        record["semantics"] = sem
+    jsonl.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    return len(records), changed
+
+
 def _row(summary: dict[str, Any]) -> str:
     usage = summary.get("usage") or {}
     ex = 100 * summary["ex"]
@@ -181,8 +206,31 @@ def main() -> None:
     parser.add_argument("--n-threads", type=int, default=None, help="llama.cpp threads")
     parser.add_argument("--limit", type=int, default=0, help="first N questions only (iterate)")
     parser.add_argument("--table", action="store_true", help="write results/protocol/README.md")
+    parser.add_argument(
+        "--rescore", action="store_true", help="re-score every run here with the current metrics"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.rescore:
+        runs = sorted(RESULTS.glob("*.jsonl"))
+        for jsonl in runs:
+            n, changed = rescore(jsonl)
+            print(f"{jsonl.name}: {n} records, {changed} verdicts changed")
+        for jsonl in runs:  # after every run is rescored: the vs-naive comparisons read naive
+            summary_path = jsonl.with_suffix(".json")
+            if summary_path.exists():
+                old = json.loads(summary_path.read_text())
+                new = summarize_run(
+                    jsonl,
+                    program=old["program"],
+                    config=old.get("config", ""),
+                    switches=old.get("switches", {}),
+                    slice_name=old["slice"],
+                    model=old["model"],
+                )
+                old.update(new)
+                summary_path.write_text(json.dumps(old, indent=1) + "\n")
+        return
     if args.table:
         (RESULTS / "README.md").write_text(table() + "\n")
         print(table())
