@@ -230,7 +230,7 @@ def plot_ex_by_difficulty(runs: Sequence[Run]) -> str:
     ax.set_ylim(0, 105)
     ax.set_ylabel("execution accuracy (%)")
     ax.set_title("EX per difficulty, 95% bootstrap intervals")
-    ax.legend(fontsize=8, loc="upper right")
+    fig.legend(fontsize=8, ncols=min(len(runs), 4), loc="outside lower center")
     ax.grid(axis="y", alpha=0.3)
     return _png_uri(fig)
 
@@ -312,12 +312,7 @@ def plot_error_classes(runs: Sequence[Run]) -> str:
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of questions (%)")
     ax.set_title("Outcome per question: correct, or why not")
-    ax.legend(
-        fontsize=8,
-        ncols=len(ERROR_CLASSES),
-        loc="lower center",
-        bbox_to_anchor=(0.5, -0.55 if len(runs) < 3 else -0.35),
-    )
+    fig.legend(fontsize=8, ncols=len(ERROR_CLASSES), loc="outside lower center")
     return _png_uri(fig)
 
 
@@ -437,7 +432,9 @@ def render_report(runs: Sequence[Run], title: str = "sqlweave evaluation report"
         f"<h1>{html.escape(title)}</h1>",
         '<p class="note">EX is execution accuracy; intervals are 95% percentile bootstrap '
         f"(2,000 resamples). Generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC from "
-        + ", ".join(f"<code>{html.escape(str(run.path or run.name))}</code>" for run in runs)
+        + ", ".join(
+            f"<code>{html.escape(run.path.name if run.path else run.name)}</code>" for run in runs
+        )
         + ".</p>",
         "<h2>Summary</h2>",
         _table(

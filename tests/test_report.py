@@ -205,8 +205,8 @@ def test_report_loads_in_headless_chromium(run_files: list[Path], tmp_path: Path
     probed.write_text(out.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"))
 
     dumped = _browse(
-        browser, tmp_path / "profile1", "--virtual-time-budget=10000", "--dump-dom",
-        probed.as_uri(),
+        browser, tmp_path / "profile1", "--virtual-time-budget=10000", "--window-size=1200,1600",
+        "--dump-dom", probed.as_uri(),
     )  # fmt: skip
     match = re.search(r'<pre id="probe">(.*?)</pre>', dumped.stdout, re.S)
     assert match, f"no probe output; stderr:\n{dumped.stderr[-2000:]}"
@@ -216,7 +216,8 @@ def test_report_loads_in_headless_chromium(run_files: list[Path], tmp_path: Path
     assert all(done and w > 300 and h > 100 for done, w, h in state["images"]), state
 
     shot = tmp_path / "report.png"
-    height = min(max(int(state["scroll"]) + 40, 1600), 4000)
+    # Headless window height includes a little more than the viewport: leave a margin.
+    height = min(max(int(state["scroll"]) + 160, 1600), 4000)
     taken = _browse(
         browser, tmp_path / "profile2", f"--screenshot={shot}", f"--window-size=1200,{height}",
         out.as_uri(),
