@@ -1,8 +1,10 @@
-"""The graph retriever's checkpoint ships in the package: MageSQL's full system runs on a fresh
-install, with no ``sqlweave gnn train`` and nothing in the user's cache."""
+"""A fresh install runs every program: the graph retriever's checkpoint ships in the package, so
+MageSQL's full system needs no ``sqlweave gnn train``, and every registered program answers a
+bundled question with its defaults, nothing in the user's cache and only the bundled data."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import dspy
@@ -24,6 +26,19 @@ from sqlweave.programs import pools
 
 BUNDLE = Path(__file__).resolve().parents[1] / "sqlweave" / "demo"
 EASY = "SELECT count(*) FROM singer"
+QUESTION = "How many singers do we have?"
+#: One reply that fills every output field of every signature, so any program can run on it.
+ANY_ANSWER = {
+    "sql": EASY,
+    "corrected_sql": EASY,
+    "reviewed_sql": EASY,
+    "elements": '["singers"]',
+    "conditions": "[]",
+    "keywords": '["count"]',
+    "columns": '["singer.singer_id"]',
+    "reason": "none",
+    "choice": "0",
+}
 
 
 @pytest.fixture()
@@ -31,9 +46,10 @@ def fresh_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """An empty user cache and only the data bundled in the package, as after ``pip install``."""
     monkeypatch.setattr(gnn_retriever, "DEFAULT_MODEL_PATH", str(tmp_path / "cache" / "g.pt"))
     monkeypatch.setenv("SQLWEAVE_DATA", str(BUNDLE))
-    pools._load.cache_clear()  # the default pool is cached per process under root=None
-    yield
-    pools._load.cache_clear()
+    # Default pools and their retrievers are cached per process under root=None: give this test
+    # empty ones, and give the other tests theirs back afterwards.
+    monkeypatch.setattr(pools, "_load", functools.lru_cache(maxsize=8)(pools._load.__wrapped__))
+    monkeypatch.setattr(pools, "_RETRIEVERS", {})
 
 
 def test_the_checkpoint_ships_with_the_index_of_both_train_pools() -> None:
@@ -68,9 +84,7 @@ def test_mage_graph_answers_a_bundled_question_on_a_fresh_install(
         raise AssertionError("the shipped index should make embedding the pool unnecessary")
 
     monkeypatch.setattr(GraphRetriever, "_embed_pool", no_embedding)
-    question = next(
-        ex for ex in load_spider("dev") if ex.question == "How many singers do we have?"
-    )
+    question = next(ex for ex in load_spider("dev") if ex.question == QUESTION)
     program = programs.get("mage")
     assert program.strategy == "graph"
     lm = DummyLM([{"sql": EASY}, {"sql": EASY}])
@@ -81,3 +95,16 @@ def test_mage_graph_answers_a_bundled_question_on_a_fresh_install(
     # Demos come from the bundled train pool, chosen by the draft's structure (counts).
     assert len(pred.demo_questions) == program.num_demos
     assert sum(sql.lower().startswith("select count(") for sql in pred.demo_sql) >= 2
+
+
+@pytest.mark.parametrize("name", programs.available())
+def test_every_program_answers_a_bundled_question_with_its_defaults(
+    fresh_install: None, name: str
+) -> None:
+    question = next(ex for ex in load_spider("dev") if ex.question == QUESTION)
+    lm = DummyLM([ANY_ANSWER] * 40)
+    with dspy.context(lm=lm):
+        pred = programs.get(name)(question=question.question, db_path=question.db_path)
+    assert 1 <= len(lm.history) < 40
+    # ``naive`` reads the raw completion, which here holds every field: the SQL is in it.
+    assert EASY in pred.sql
