@@ -128,7 +128,31 @@ def read_artifact(path: str | Path) -> dict[str, Any]:
         and isinstance(payload["knn"].get("pool"), list)
     ):
         raise ArtifactError(f"{path} is corrupted or incompatible: 'knn' needs an int k and a pool")
+    if "knn" in payload:
+        problem = _knn_problem(payload["knn"])
+        if problem:
+            raise ArtifactError(f"{path} is corrupted or incompatible: {problem}")
     return payload
+
+
+def _knn_problem(knn: dict[str, Any]) -> str | None:
+    """What is wrong with a KNN demo pool, or None: ``k`` an int >= 0, every item an object
+    with a string ``question`` and ``demos`` mapping predictor names to demo objects."""
+    k = knn["k"]
+    if isinstance(k, bool) or k < 0:
+        return f"'knn.k' must be a number of demos (0 or more), not {k!r}"
+    for i, item in enumerate(knn["pool"]):
+        if not isinstance(item, dict):
+            return f"'knn.pool' item {i} is not an object"
+        if not isinstance(item.get("question"), str):
+            return f"'knn.pool' item {i} has no string 'question'"
+        demos = item.get("demos")
+        if not isinstance(demos, dict):
+            return f"'knn.pool' item {i}: 'demos' must be an object of predictor name -> demo"
+        for name, demo in demos.items():
+            if not isinstance(demo, dict):
+                return f"'knn.pool' item {i}: the demo for {name!r} is not an object"
+    return None
 
 
 def _meta_from(path: Path, raw: dict[str, Any]) -> ArtifactMeta:
@@ -197,6 +221,13 @@ def load_program(path: str | Path) -> tuple[SQLProgram, ArtifactMeta]:
         ) from err
     if "knn" in payload:
         from sqlweave.optimizers.compile import attach_knn
+
+        stray = {n for item in payload["knn"]["pool"] for n in item["demos"]} - expected
+        if stray:
+            raise ArtifactError(
+                f"{path} is corrupted or incompatible: 'knn.pool' has demos for {sorted(stray)}, "
+                f"not predictors of {meta.program!r} {sorted(expected)}"
+            )
 
         program = attach_knn(program, payload["knn"]["pool"], payload["knn"]["k"])
     return program, meta

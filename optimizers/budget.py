@@ -8,13 +8,20 @@ the cap is reached, refuses the next call by raising :class:`BudgetExhausted` *b
 sent. That exception derives from ``BaseException`` on purpose: DSPy's optimizers catch
 ``Exception`` around every example and would otherwise swallow it and carry on. The compile loop
 in :mod:`sqlweave.optimizers.compile` catches it and keeps the best result found so far.
+
+The cap holds across resumes: a budget starts from the calls an earlier, interrupted run of the
+same compile already made (``used``, read from its checkpoint) and reports each new count through
+``on_count`` *before* the call is sent, so a process killed at any point has already saved every
+call it made. A resumed compile therefore never exceeds the budget in total; the price is that the
+unit of work in flight when it died is redone and its calls count again, even when DSPy's cache
+answers them for free.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,18 +42,36 @@ class BudgetExhausted(BaseException):  # noqa: N818 - a control-flow signal, lik
 class CallBudget(BaseCallback):
     """Counts LM calls; with ``max_calls`` set, refuses the call that would exceed it.
 
-    ``max_calls=None`` only counts. Thread-safe, though the compile loop runs optimizers with
-    one thread so that the refusal reaches it directly instead of dying in a worker.
+    ``max_calls=None`` only counts. ``used`` is the calls already made by earlier runs of the same
+    work (they count against the cap; ``calls`` is the total, ``new_calls`` this run's share).
+    ``on_count(calls)`` is called with the new total before each call goes out, to persist it.
+    Thread-safe, though the compile loop runs optimizers with one thread so that the refusal
+    reaches it directly instead of dying in a worker.
     """
 
-    def __init__(self, max_calls: int | None = None) -> None:
+    def __init__(
+        self,
+        max_calls: int | None = None,
+        *,
+        used: int = 0,
+        on_count: Callable[[int], None] | None = None,
+    ) -> None:
         super().__init__()
         if max_calls is not None and max_calls < 0:
             raise ValueError("a budget must be a non-negative number of LM calls")
+        if used < 0:
+            raise ValueError("calls already used must be a non-negative number")
         self.max_calls = max_calls
-        self.calls = 0
+        self.used = used
+        self.calls = used
         self.exhausted = False
+        self.on_count = on_count
         self._lock = threading.Lock()
+
+    @property
+    def new_calls(self) -> int:
+        """Calls made through this budget object (not by the runs it resumes)."""
+        return self.calls - self.used
 
     @property
     def remaining(self) -> int | None:
@@ -61,6 +86,8 @@ class CallBudget(BaseCallback):
                 logger.info("LM budget of %d calls reached; stopping the optimizer", self.max_calls)
                 raise BudgetExhausted(self.max_calls)
             self.calls += 1
+            if self.on_count is not None:
+                self.on_count(self.calls)
 
 
 @contextmanager

@@ -35,7 +35,11 @@ each bootstrapped train example (its traces, or that it failed) and each scored 
 candidate (its score and state). A rerun with the same file, program, data and settings skips
 them without an LM call; the unit in flight when the run died is redone, and DSPy's on-disk
 response cache (``~/.dspy_cache``, keyed by a sha256 of the full request; on in
-:func:`sqlweave.lm.build_lm`) replays its finished calls for deterministic LMs.
+:func:`sqlweave.lm.build_lm`) replays its finished calls for deterministic LMs. The checkpoint
+also keeps the running total of LM calls, saved before each call is sent, so ``budget`` caps the
+whole compile however often it is killed and resumed (a rerun of a compile that spent its budget
+makes no call and rebuilds the same program from its finished units), and ``lm_calls`` in the
+report and the artefact is that total.
 """
 
 from __future__ import annotations
@@ -161,7 +165,9 @@ class Checkpoint:
     """Finished units of an optimization, in a JSON file rewritten atomically after each one.
 
     ``config`` identifies the compile (optimizer, settings, data); a file written for another
-    configuration is ignored (and replaced), never half-reused.
+    configuration is ignored (and replaced), never half-reused. ``calls`` is the number of LM
+    calls all runs of this compile have made, saved before each call goes out
+    (:meth:`record_calls`), so a budget holds across resumes.
     """
 
     def __init__(self, path: str | Path, config: dict[str, Any]) -> None:
@@ -170,6 +176,7 @@ class Checkpoint:
             json.dumps(config, sort_keys=True, default=str).encode()
         ).hexdigest()
         self.entries: dict[str, Any] = {}
+        self.calls = 0
         self.reused = 0
         if self.path.is_file():
             try:
@@ -184,7 +191,14 @@ class Checkpoint:
                 and isinstance(payload.get("entries"), dict)
             ):
                 self.entries = payload["entries"]
-                logger.info("resuming from %s: %d finished units", self.path, len(self.entries))
+                calls = payload.get("lm_calls", 0)
+                self.calls = calls if isinstance(calls, int) and calls >= 0 else 0
+                logger.info(
+                    "resuming from %s: %d finished units, %d LM calls made so far",
+                    self.path,
+                    len(self.entries),
+                    self.calls,
+                )
             else:
                 logger.warning(
                     "checkpoint %s belongs to another compile; starting afresh", self.path
@@ -200,7 +214,20 @@ class Checkpoint:
     def put(self, key: str, value: Any) -> None:
         """Record ``key`` and write the file at once, atomically."""
         self.entries[key] = value
-        payload = {"format": CHECKPOINT_FORMAT, "key": self.key, "entries": self.entries}
+        self._write()
+
+    def record_calls(self, calls: int) -> None:
+        """Save the running total of LM calls (before the call is sent: a kill loses none)."""
+        self.calls = calls
+        self._write()
+
+    def _write(self) -> None:
+        payload = {
+            "format": CHECKPOINT_FORMAT,
+            "key": self.key,
+            "lm_calls": self.calls,
+            "entries": self.entries,
+        }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
         with os.fdopen(fd, "w") as fh:
@@ -463,11 +490,16 @@ def _resolve_lm(lm: Any) -> Any:
 
 @dataclass
 class CompileReport:
-    """What a compile did: calls used against the budget, time, resumed work, optimizer details."""
+    """What a compile did: calls used against the budget, time, resumed work, optimizer details.
+
+    ``lm_calls`` is the total over every run of a resumed compile (earlier runs' share:
+    ``resumed_calls``); ``seconds`` and ``cached_calls`` are this run's.
+    """
 
     optimizer: str
     budget: int | None
     lm_calls: int = 0
+    resumed_calls: int = 0
     cached_calls: int = 0
     budget_exhausted: bool = False
     seconds: float = 0.0
@@ -516,6 +548,10 @@ def run_optimizer(
         raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     if not trainset:
         raise ValueError("the train set is empty")
+    if max_demos < 0:
+        raise ValueError(f"max_demos must be 0 or more, not {max_demos}")
+    if candidates < 0:
+        raise ValueError(f"candidates must be 0 or more, not {candidates}")
     metric = metric or ex_metric
     if valset is None:
         trainset, valset = split_train_val(list(trainset), seed=seed)
@@ -545,7 +581,14 @@ def run_optimizer(
 
     report = CompileReport(optimizer, budget, n_train=len(trainset), n_val=len(valset))
     started = time.perf_counter()
-    cap = CallBudget(budget)
+    # The budget is a cap on the whole compile: calls made by interrupted runs count against it.
+    cap = (
+        CallBudget(budget, used=ckpt.calls, on_count=ckpt.record_calls)
+        if ckpt is not None
+        else CallBudget(budget)
+    )
+    if ckpt is not None and ckpt.calls:
+        logger.info("%d LM calls were made by earlier runs of this compile", ckpt.calls)
     student = program.reset_copy()
     # The gold stub's calls are not real LM calls: complete the data before counting starts.
     completed = complete_examples(student, trainset, progress=progress)
@@ -581,6 +624,9 @@ def run_optimizer(
             )
             report.details.update(details)
             report.budget_exhausted = stopped
+        elif optimizer in ("mipro", "gepa") and cap.remaining == 0:
+            # Earlier runs spent the budget; these optimizers keep no finished units to replay.
+            compiled, report.budget_exhausted = student.reset_copy(), True
         elif optimizer == "mipro":
             teleprompter = dspy.MIPROv2(
                 metric=metric,
@@ -602,7 +648,11 @@ def run_optimizer(
             teleprompter = dspy.GEPA(
                 metric=_as_feedback_metric(metric),
                 reflection_lm=_resolve_lm(proposer_lm),
-                **({"max_metric_calls": budget} if budget is not None else {"auto": "light"}),
+                **(
+                    {"max_metric_calls": cap.remaining}
+                    if cap.remaining is not None
+                    else {"auto": "light"}
+                ),
                 num_threads=1,
                 seed=seed,
                 track_stats=False,
@@ -613,6 +663,7 @@ def run_optimizer(
                 compiled, report.budget_exhausted = student.reset_copy(), True
     _trim_demos(compiled)
     report.lm_calls = cap.calls
+    report.resumed_calls = cap.used
     report.cached_calls = usage.cached_calls
     report.budget_exhausted = report.budget_exhausted or cap.exhausted
     report.seconds = round(time.perf_counter() - started, 3)

@@ -192,7 +192,8 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     ``valset=None`` takes a fixed, seeded 20 % of ``trainset``. ``budget`` caps the optimizer's
     LM calls (see :mod:`sqlweave.optimizers.compile`); the validation run is not counted in it
     but its calls are recorded too. ``checkpoint`` names a file that lets an interrupted compile
-    resume without repeating finished LM work.
+    resume without repeating finished LM work; it also keeps the calls made so far, so the budget
+    caps the compile across resumes and ``meta.lm_calls`` is the total of all its runs.
     """
     from sqlweave.evaluate import evaluate
     from sqlweave.lm import track_usage
@@ -248,6 +249,7 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
             "budget_exhausted": report.budget_exhausted,
             "cached_calls": report.cached_calls,
             "resumed_units": report.resumed_units,
+            "resumed_calls": report.resumed_calls,
             "val_lm_calls": val_calls,
             "proposer_lm": proposer_lm if isinstance(proposer_lm, str) else None,
             **({"details": report.details} if report.details else {}),

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import math
+import os
+import re
 import sys
+from inspect import Parameter, signature
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,6 +43,13 @@ DataRootOpt = Annotated[
 def _fail(message: str) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code=2)
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    """The first line of an error message, cut to ``limit`` characters (some LM client errors
+    span pages)."""
+    line = (text.strip().splitlines() or [""])[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -89,6 +101,93 @@ def parse_switches(items: list[str]) -> dict[str, Any]:
     return parsed
 
 
+_SCALARS: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str}
+_TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def _switch_type(param: Parameter) -> tuple[type | None, bool]:
+    """The scalar type a constructor parameter takes (from its default, else its annotation),
+    or None when it is not a scalar (a pool, an encoder); and whether None is allowed."""
+    default = param.default
+    for kind in (bool, int, float, str):  # bool before int: True is an int too
+        if default is not Parameter.empty and isinstance(default, kind):
+            return kind, False
+    annotation = param.annotation
+    if isinstance(annotation, str):  # ``from __future__ import annotations``
+        parts = {part.strip() for part in annotation.replace("Optional[", "").split("|")}
+        parts = {part.rstrip("]") for part in parts}
+        optional = "None" in parts or default is None
+        scalars = [_SCALARS[part] for part in parts - {"None"} if part in _SCALARS]
+        if len(scalars) == 1 and len(parts - {"None"}) == 1:
+            return scalars[0], optional
+        return None, optional
+    if annotation in (bool, int, float, str):
+        return annotation, default is None
+    return None, default is None
+
+
+def _convert_switch(name: str, kind: type, optional: bool, raw: str) -> Any:
+    value = raw.strip()
+    if optional and value.lower() in ("none", "null"):
+        return None
+    if kind is str:
+        return value
+    if kind is bool:
+        if value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if value.lower() in ("false", "0", "no", "off"):
+            return False
+    elif kind is int:
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    else:
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if math.isfinite(number):
+            return number
+    _fail(f"switch {name} expects {_TYPE_WORDS[kind]}, got {raw!r}")
+
+
+def typed_switches(program: str, items: list[str]) -> dict[str, Any]:
+    """``--set key=value`` pairs checked against the constructor of registry program ``program``:
+    an unknown switch, or a value of the wrong type (``samples=many`` where the default is an
+    int), is a one-line error; each value is converted to the type of the parameter's default
+    (or annotation). A program that takes ``**switches`` gets :func:`parse_switches`' reading."""
+    from sqlweave import programs
+
+    raw: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            _fail(f"--set needs key=value, got {item!r}")
+        raw[key.strip()] = value
+    if not raw:
+        return {}
+    try:
+        cls = type(programs.get(program))
+    except (ValueError, TypeError) as err:
+        _fail(str(err))
+    params = dict(signature(cls.__init__).parameters)
+    params.pop("self", None)
+    if any(p.kind is Parameter.VAR_KEYWORD for p in params.values()):
+        return {key: _parse_value(value.strip()) for key, value in raw.items()}
+    parsed: dict[str, Any] = {}
+    for key, value in raw.items():
+        param = params.get(key)
+        if param is None or param.kind is Parameter.VAR_POSITIONAL:
+            known = ", ".join(n for n, p in params.items() if _switch_type(p)[0] is not None)
+            _fail(f"unknown switch {key!r} for program {program}; its switches: {known or 'none'}")
+        kind, optional = _switch_type(param)
+        if kind is None:
+            _fail(f"switch {key} of {program} takes a Python object; it cannot be set with --set")
+        parsed[key] = _convert_switch(key, kind, optional, value)
+    return parsed
+
+
 def _parse_value(value: str) -> Any:
     if value.lower() in ("true", "false"):
         return value.lower() == "true"
@@ -115,13 +214,85 @@ def _program_from(program: str, switches: list[str]) -> tuple[Any, str]:
         except ArtifactError as err:
             _fail(str(err))
         return CompiledProgram(prog, meta), meta.program
-    parsed = parse_switches(switches)
+    parsed = typed_switches(program, switches)
     try:
         prog = programs.get(program, **parsed)
     except (ValueError, TypeError) as err:
         _fail(str(err))
     meta = ArtifactMeta(program=program, switches=parsed)
     return CompiledProgram(prog, meta), program
+
+
+def _check_writable(path: Path, option: str) -> None:
+    """Fail now, not after hours of work, when ``path`` cannot be written as a file."""
+    if path.is_dir():
+        _fail(f"{option} {path} is a directory; give a file path")
+    if path.exists() and not path.is_file():
+        _fail(f"{option} {path} is not a regular file; give a file path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as err:
+        _fail(f"cannot write {option} {path}: {err.strerror or err}")
+
+
+def _check_writable_artifact(path: Path) -> None:
+    """Like :func:`_check_writable`, for a file written once at the end (left untouched now)."""
+    if path.is_dir():
+        _fail(f"--out {path} is a directory; give a file path")
+    if path.exists() and not path.is_file():
+        _fail(f"--out {path} is not a regular file; give a file path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        _fail(f"cannot write --out {path}: {err.strerror or err}")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        _fail(f"cannot write --out {path}: permission denied")
+
+
+def _model_tag(model: str) -> str:
+    """A file-name-safe tag for an LM spec: ``local:qwen2.5-coder-1.5b`` -> ``qwen2.5-coder-1.5b``,
+    ``gguf:/models/x.gguf`` -> ``x``, ``openai/gpt-4o-mini`` -> ``openai-gpt-4o-mini``."""
+    kind, sep, rest = model.partition(":")
+    if sep and kind in ("local", "gguf"):
+        model = Path(rest).stem if kind == "gguf" else rest
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-.") or "model"
+
+
+def _artifact_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def _run_identity(program: str, prog: Any, model: str, api_base: str | None) -> dict[str, Any]:
+    """What makes two evaluation runs comparable record by record: the program (a registry
+    name and its switches, or a compiled artefact and its content hash), the LM and the EX
+    semantics. ``evaluate`` refuses to resume a file written under another identity."""
+    identity: dict[str, Any] = {
+        "program": prog.meta.program,
+        "switches": dict(prog.meta.switches),
+        "model": model,
+        "semantics": "per-example",
+    }
+    path = Path(program)
+    if path.is_file():
+        identity["artifact"] = _artifact_digest(path)
+    if api_base:
+        identity["api_base"] = api_base
+    return identity
+
+
+def _run_stem(program: str, prog: Any, name: str) -> str:
+    """The program part of a default output name: the registry name (with a short hash of its
+    switches, if any), or the artefact's file name when it differs from its program name."""
+    path = Path(program)
+    if path.is_file():
+        return name if path.stem == name else f"{name}-{path.stem}"
+    switches = prog.meta.switches
+    if not switches:
+        return name
+    digest = hashlib.sha256(json.dumps(switches, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{name}-set{digest}"
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
@@ -168,6 +339,14 @@ def ask(
     model: ModelOpt = "local:qwen2.5-coder-1.5b",
     api_base: ApiBaseOpt = None,
     max_rows: Annotated[int, typer.Option(help="rows to print")] = 20,
+    allow_superuser: Annotated[
+        bool,
+        typer.Option(
+            "--allow-superuser",
+            help="let a PostgreSQL role with superuser-like powers run the SQL (refused by "
+            "default: connect as a read-only role, see docs/security.md)",
+        ),
+    ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Answer one question: print the SQL, then its result table (run read-only)."""
@@ -175,12 +354,18 @@ def ask(
     from sqlweave.db import Database, ExecutionError
 
     try:
-        database = Database.open(db)
+        database = Database.open(db, allow_superuser=allow_superuser)
     except ExecutionError as err:
-        _fail(err.message)
+        _fail(err.message.replace("pass allow_superuser=True", "pass --allow-superuser"))
     prog, _ = _program_from(program, set_ or [])
     _configure_lm(model, api_base)
-    result = prog(question, db=database, evidence=evidence, max_rows=max(max_rows, 1000))
+    try:
+        result = prog(question, db=database, evidence=evidence, max_rows=max(max_rows, 1000))
+    except ExecutionError as err:
+        _fail(err.feedback())
+    except Exception as err:  # the LM or the program failed: one line, not a traceback
+        logging.getLogger(__name__).debug("ask failed", exc_info=True)
+        _fail(f"the program failed: {type(err).__name__}: {_first_line(str(err))}")
     typer.echo(result.sql or "(the model returned no SQL)")
     if not result.sql:
         raise typer.Exit(code=1)
@@ -245,10 +430,15 @@ def evaluate(
     """
     _setup_logging(verbose)
     from sqlweave.data import eval_slice, load_slice
+    from sqlweave.db import ExecutionError
     from sqlweave.evaluate import compare, read_records
     from sqlweave.evaluate import evaluate as run_eval
     from sqlweave.metrics import GoldQueryError
 
+    if n < 0:
+        _fail(f"--n must be a positive number of questions, or 0 for all; got {n}")
+    if threads < 1:
+        _fail(f"--threads must be at least 1, not {threads}")
     if slice_ is not None:
         try:
             examples = load_slice(slice_, root=data_root)
@@ -266,8 +456,10 @@ def evaluate(
         except (OSError, ValueError) as err:
             _fail(f"cannot read --baseline {baseline}: {err}")
     prog, name = _program_from(program, set_ or [])
+    identity = _run_identity(program, prog, model, api_base)
+    out = out or Path("runs") / f"{_run_stem(program, prog, name)}-{tag}-{_model_tag(model)}.jsonl"
+    _check_writable(out, "--out")
     _configure_lm(model, api_base, n_threads)
-    out = out or Path("runs") / f"{name}-{tag}.jsonl"
     try:
         summary = run_eval(
             prog.program,
@@ -277,12 +469,24 @@ def evaluate(
             resume=resume,
             progress=progress,
             strict_gold=strict_gold,
+            identity=identity,
         )
-    except ValueError as err:  # e.g. --out holds another dataset's records
+    except ValueError as err:  # --out holds another dataset's records, or another run's
         _fail(str(err))
     except GoldQueryError as err:  # --strict-gold
         _fail(str(err))
+    except ExecutionError as err:  # a database that cannot be opened at all
+        _fail(err.feedback())
+    except OSError as err:  # the disk filled up, the folder went away
+        _fail(f"cannot write --out {out}: {err.strerror or err}")
     _print_summary(summary)
+    gold_failed = sum(r.get("gold_error") is not None for r in summary["records"])
+    if gold_failed:
+        typer.secho(
+            f"  {gold_failed} gold quer{'y' if gold_failed == 1 else 'ies'} could not be compared "
+            "(scored as misses; see gold_error in the records, or use --strict-gold)",
+            fg=typer.colors.YELLOW,
+        )
     if base_records is not None:
         try:
             cmp = compare(summary["records"], base_records)
@@ -395,6 +599,19 @@ def _compile(
         _fail(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     if Path(program).suffix == ".json":
         _fail("compile starts from a registry program name, not a compiled .json")
+    for option, value in (
+        ("--max-demos", max_demos),
+        ("--n-train", n_train),
+        ("--n-val", n_val),
+        ("--candidates", candidates),
+        ("--budget", budget),
+    ):
+        if value is not None and value < 0:
+            _fail(f"{option} must be 0 or more, not {value}")
+    _check_writable_artifact(out)
+    checkpoint = checkpoint or out.with_suffix(".ckpt.json")
+    if checkpoint.is_dir():
+        _fail(f"--checkpoint {checkpoint} is a directory; give a file path")
     trainset = eval_slice(
         _load_examples(train, "train", data_root), n=n_train or None, seed=seed, stratify=None
     )
@@ -425,18 +642,23 @@ def _compile(
             max_demos=max_demos,
             seed=seed,
             proposer_lm=proposer,
-            checkpoint=checkpoint or out.with_suffix(".ckpt.json"),
+            checkpoint=checkpoint,
             progress=progress,
             candidates=candidates,
             **prog.meta.switches,
         )
     except (ValueError, ArtifactError) as err:
         _fail(str(err))
+    except OSError as err:  # the checkpoint could not be written
+        _fail(f"cannot write the checkpoint {checkpoint}: {err.strerror or err}")
     meta = compiled.meta
     meta.lm = model
     if proposer_model:
         meta.extra["proposer_lm"] = proposer_model
-    compiled.save(out)
+    try:
+        compiled.save(out)
+    except OSError as err:
+        _fail(f"cannot write --out {out}: {err.strerror or err}")
     cap = f" of {budget}" if budget is not None else ""
     stopped = " (budget reached: best so far kept)" if meta.extra.get("budget_exhausted") else ""
     resumed = meta.extra.get("resumed_units") or 0
@@ -444,6 +666,11 @@ def _compile(
         f"compiled {name} with {optimizer} on {meta.n_train} train examples in "
         f"{meta.compile_seconds:.0f} s: {meta.lm_calls}{cap} LM calls{stopped}"
         + (f", {resumed} finished units resumed" if resumed else "")
+        + (
+            f" ({meta.extra['resumed_calls']} of them by earlier runs)"
+            if meta.extra.get("resumed_calls")
+            else ""
+        )
     )
     val_text = "n/a" if meta.val_ex is None else f"{meta.val_ex * 100:.1f}"
     typer.echo(f"validation EX {val_text} (n={meta.n_val}); saved {out}")

@@ -26,7 +26,8 @@ import dspy
 from tqdm.auto import tqdm
 
 from sqlweave.data import BIRD_LEVELS, SPIDER_LEVELS, open_database
-from sqlweave.metrics import check_execution, pred_sql_of, semantics_for
+from sqlweave.db import ExecutionError
+from sqlweave.metrics import GoldQueryError, check_execution, pred_sql_of, semantics_for
 from sqlweave.stats import bootstrap_ci, outcomes_by_id, paired
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,71 @@ def read_records(path: str | Path, *, repair: bool = False) -> list[dict[str, An
     return records
 
 
+def run_identity_path(out_path: str | Path) -> Path:
+    """Where the identity of the run writing ``out_path`` is kept: ``<out_path>.run.json``."""
+    out = Path(out_path)
+    return out.with_name(out.name + ".run.json")
+
+
+def read_run_identity(out_path: str | Path) -> dict[str, Any] | None:
+    """The identity recorded for the run that wrote ``out_path``, or None (none recorded)."""
+    path = run_identity_path(out_path)
+    if not path.is_file():
+        return None
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: unreadable run identity ({err}); delete it to go on") from err
+    if not isinstance(payload, dict) or not isinstance(payload.get("_run"), dict):
+        raise ValueError(f"{path} is not a sqlweave run identity; delete it to go on")
+    return payload["_run"]
+
+
+def _normal(identity: dict[str, Any]) -> dict[str, Any]:
+    """The identity as it reads back from JSON (tuples become lists, keys strings)."""
+    return json.loads(json.dumps(identity, sort_keys=True, default=str))
+
+
+def _check_identity(out: Path, identity: dict[str, Any] | None) -> None:
+    """Refuse to resume ``out`` when it holds records of a run with another identity."""
+    if not out.is_file() or not out.stat().st_size:
+        return  # nothing to mix with
+    recorded = read_run_identity(out)
+    if identity is None or recorded is None:
+        if identity is not None:
+            logger.warning(
+                "%s records no run identity (written by an older sqlweave or without one); "
+                "resuming it as the same run",
+                out,
+            )
+        return
+    wanted = _normal(identity)
+    if recorded == wanted:
+        return
+    differ = [
+        f"{key} {recorded.get(key)!r} vs {wanted.get(key)!r}"
+        for key in sorted(set(recorded) | set(wanted))
+        if recorded.get(key) != wanted.get(key)
+    ]
+    raise ValueError(
+        f"{out} holds records of another run ({'; '.join(differ)}, recorded vs this run); "
+        "resuming would mix them: use another out_path (--out) or start afresh (--no-resume)"
+    )
+
+
+def _write_identity(out: Path, identity: dict[str, Any] | None) -> None:
+    """Record ``identity`` beside ``out`` (atomically); without one, drop a stale record when
+    the file was started afresh (its records are no longer that run's)."""
+    path = run_identity_path(out)
+    if identity is None:
+        if path.exists() and (not out.exists() or not out.stat().st_size):
+            path.unlink()
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"_run": _normal(identity)}, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def _call_kwargs(program: Any, example: Any) -> dict[str, Any]:
     """The example's inputs (plus ``db_path``), narrowed to what ``program`` accepts."""
     kwargs = example.inputs().toDict() if hasattr(example, "inputs") else dict(example)
@@ -130,10 +196,29 @@ def _evaluate_one(
         error, error_kind = "program returned no SQL", "no_sql"
 
     start = time.perf_counter()
+    try:
+        database = open_database(example)
+    except ExecutionError as err:
+        # A corrupted or missing database file: the gold cannot run either, so it is the same
+        # flagged miss as a failing gold query (or a stop under strict_gold).
+        if strict_gold:
+            raise GoldQueryError(example.gold_sql, str(example.db_id), err) from err
+        return _record(
+            example,
+            sem,
+            pred_sql,
+            seconds,
+            usage,
+            start,
+            error or err.feedback(),
+            error_kind or err.kind,
+            err.feedback(),
+            correct=False,
+        )
     match = check_execution(
         pred_sql,
         example.gold_sql,
-        open_database(example),
+        database,
         sem,
         timeout_s=timeout_s,
         strict_gold=strict_gold,
@@ -144,6 +229,33 @@ def _evaluate_one(
     gold_error = match.gold_error.feedback() if match.gold_error is not None else None
     if match.gold_truncated:
         gold_error = "gold result exceeds the row cap; not compared"
+    return _record(
+        example,
+        sem,
+        pred_sql,
+        seconds,
+        usage,
+        start,
+        error,
+        error_kind,
+        gold_error,
+        correct=bool(match.correct),
+    )
+
+
+def _record(
+    example: Any,
+    sem: str,
+    pred_sql: str,
+    seconds: float,
+    usage: dict[str, Any] | None,
+    eval_start: float,
+    error: str | None,
+    error_kind: str | None,
+    gold_error: str | None,
+    *,
+    correct: bool,
+) -> dict[str, Any]:
     return {
         "question_id": str(example.question_id),
         "db_id": example.db_id,
@@ -153,12 +265,12 @@ def _evaluate_one(
         "semantics": sem,
         "gold_sql": example.gold_sql,
         "pred_sql": pred_sql,
-        "correct": bool(match.correct),
+        "correct": correct,
         "error": error,
         "error_kind": error_kind,
         "gold_error": gold_error,
         "seconds": round(seconds, 4),
-        "eval_seconds": round(time.perf_counter() - start, 4),
+        "eval_seconds": round(time.perf_counter() - eval_start, 4),
         "usage": usage,
     }
 
@@ -175,6 +287,7 @@ def evaluate(
     progress: bool = True,
     usage_tracker: UsageTracker | None | str = _AUTO,
     strict_gold: bool = False,
+    identity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``program`` on every example and score it by execution match.
 
@@ -186,6 +299,11 @@ def evaluate(
     value has ``.as_dict()``; by default :func:`sqlweave.lm.track_usage`, if available. A gold
     query that fails is recorded as a miss with ``gold_error`` set; ``strict_gold=True`` raises
     :class:`~sqlweave.metrics.GoldQueryError` instead (a benchmark whose gold cannot run).
+
+    ``identity`` names the run (program, switches, model, semantics: any JSON object); it is
+    written beside ``out_path`` as ``<out_path>.run.json`` (:func:`run_identity_path`), and a
+    resume under another identity raises ``ValueError`` instead of mixing two runs' records. A
+    file written without identity resumes as before, with a warning.
 
     Returns ``{"ex", "interval", "n", "errors", "by_difficulty": {level: {"ex", "n", "interval"}},
     "usage",
@@ -204,8 +322,11 @@ def evaluate(
     done: dict[str, dict[str, Any]] = {}
     out = Path(out_path) if out_path is not None else None
     if out is not None:
+        if out.exists() and not out.is_file():
+            raise ValueError(f"{out} is not a regular file; give a file path for the records")
         out.parent.mkdir(parents=True, exist_ok=True)
         if resume:
+            _check_identity(out, identity)
             wanted = dict(zip(ids, examples, strict=True))
             for record in read_records(out, repair=True):
                 qid = str(record["question_id"])
@@ -222,6 +343,7 @@ def evaluate(
                 )
         elif out.exists():
             out.write_text("")
+        _write_identity(out, identity)
     todo = [ex for ex, qid in zip(examples, ids, strict=True) if qid not in done]
 
     lock = threading.Lock()
@@ -233,7 +355,8 @@ def evaluate(
     def finish(record: dict[str, Any]) -> None:
         with lock:
             done[record["question_id"]] = record
-            if handle is not None:
+            # After Ctrl-C the questions still in flight finish into a closed file: drop them.
+            if handle is not None and not handle.closed:
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -267,16 +390,22 @@ def _run_threads(
     def task(ex: Any) -> None:
         finish(_evaluate_one(program, ex, semantics, timeout_s, tracker, strict_gold))
 
-    with ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="sqlweave-eval") as pool:
+    pool = ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="sqlweave-eval")
+    try:
         # Each task runs in a copy of the caller's context, so dspy.context(lm=...) set around
         # evaluate() holds in the workers too.
         futures = [pool.submit(contextvars.copy_context().run, task, ex) for ex in todo]
         finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for future in finished:
             if future.exception() is not None:
-                for other in futures:
-                    other.cancel()
                 raise future.exception()  # type: ignore[misc]
+    except BaseException:
+        # Ctrl-C (KeyboardInterrupt lands in this thread, waiting) or a failed task: drop the
+        # queued questions at once instead of running them all before the interrupt is seen;
+        # the few in flight finish their current question.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def _level_order(level: str) -> tuple[int, str]:
