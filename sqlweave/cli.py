@@ -479,6 +479,13 @@ def evaluate(
         _fail(err.feedback())
     except OSError as err:  # the disk filled up, the folder went away
         _fail(f"cannot write --out {out}: {err.strerror or err}")
+    except KeyboardInterrupt:
+        typer.secho(
+            f"interrupted; the finished questions are in {out}: run the same command to resume",
+            fg=typer.colors.YELLOW,
+            err=True,
+        )
+        raise typer.Exit(code=130) from None
     _print_summary(summary)
     gold_failed = sum(r.get("gold_error") is not None for r in summary["records"])
     if gold_failed:

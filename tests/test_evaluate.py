@@ -225,3 +225,158 @@ def test_dspy_module_with_dummy_lm_and_default_tracker(examples):
 def test_duplicate_question_ids_are_refused(examples, lookup):
     with pytest.raises(ValueError, match="duplicate"):
         evaluate(Counting(lookup), [examples[0], examples[0]], out_path=None, progress=False)
+
+
+# --- threads: no hang, Ctrl-C heard (issue 19) ---------------------------------------------
+
+import os  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+
+def _fresh_copies(examples, folder: Path):
+    """The examples over fresh copies of their databases: new handles, schemas not yet read."""
+    folder.mkdir(parents=True)
+    out = []
+    for ex in examples:
+        src = Path(ex.db_path)
+        dst = folder / src.name
+        if not dst.exists():
+            shutil.copyfile(src, dst)
+        out.append(ex.copy(db_path=str(dst)))
+    return out
+
+
+@pytest.mark.timeout(300)
+def test_eight_threads_twenty_times_never_hang(examples, lookup, tmp_path):
+    """`evaluate --threads 8` hung in 2 of 2 runs: 8 threads introspecting fresh databases."""
+    from sqlweave.data import open_database
+    from sqlweave.schema import clear_cache, introspect
+
+    def program(question, db_path):
+        db = open_database(db_path)
+        schema = introspect(db)  # the step that deadlocked, on a database nobody read yet
+        assert schema.tables
+        db.execute("SELECT 1")
+        return lookup[question]
+
+    for run in range(20):
+        clear_cache()
+        fresh = _fresh_copies(examples, tmp_path / str(run))
+        summary = evaluate(
+            program,
+            fresh,
+            out_path=tmp_path / str(run) / "r.jsonl",
+            num_threads=8,
+            progress=False,
+            usage_tracker=None,
+        )
+        assert summary["n"] == len(examples) and summary["ex"] == 1.0, run
+        for ex in fresh:
+            open_database(ex).close()  # keep the open files of 20 runs bounded
+
+
+# The CLI in a child process: ``direct`` with a DummyLM (real schema rendering, no weights),
+# evaluated with --threads 8 over a questions file; DELAY seconds per LM call.
+THREADED_CLI = """
+import os, sys, time
+import dspy
+from dspy.utils import DummyLM
+import sqlweave.lm
+
+class SlowLM(DummyLM):
+    def _format_answer_fields(self, fields):
+        time.sleep(float(os.environ.get("DELAY", "0")))
+        return super()._format_answer_fields(fields)
+
+LM = SlowLM({"": {"sql": "SELECT 1"}})
+
+def configure(model, **options):
+    dspy.configure(lm=LM)
+    return LM
+
+sqlweave.lm.configure = configure
+from sqlweave.cli import app
+for run in range(int(os.environ.get("RUNS", "1"))):
+    args = [a.replace("{run}", str(run)) for a in sys.argv[1:]]
+    code = app(args, standalone_mode=False)  # typer returns the exit code (130 for Ctrl-C)
+    sys.stdout.flush()
+    if code:
+        sys.exit(code)
+"""
+
+
+def _questions_file(examples, folder: Path, copies: int) -> Path:
+    """``copies`` questions files (q0.json ...) over their own database copies each."""
+    for i in range(copies):
+        fresh = _fresh_copies(examples, folder / f"db{i}")
+        (folder / f"q{i}.json").write_text(
+            json.dumps(
+                [
+                    {
+                        "question_id": f"{ex.question_id}",
+                        "question": ex.question,
+                        "query": ex.gold_sql,
+                        "db_path": ex.db_path,
+                    }
+                    for ex in fresh
+                ]
+            )
+        )
+    return folder
+
+
+@pytest.mark.timeout(400)
+def test_cli_evaluate_with_eight_threads_twenty_times(examples, tmp_path):
+    _questions_file(examples, tmp_path, 20)
+    cmd = [sys.executable, "-c", THREADED_CLI, "evaluate", "--threads", "8", "--no-progress"]
+    cmd += ["--dataset", str(tmp_path / "q{run}.json"), "--n", "0"]
+    cmd += ["--out", str(tmp_path / "r{run}.jsonl")]
+    done = subprocess.run(
+        cmd, env={**os.environ, "RUNS": "20"}, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count(f"on {len(examples)} questions") == 20
+    for run in range(20):
+        assert len(read_records(tmp_path / f"r{run}.jsonl")) == len(examples)
+
+
+@pytest.mark.timeout(200)
+def test_ctrl_c_stops_a_threaded_evaluation(examples, tmp_path):
+    """It ignored Ctrl-C: the interrupt waited for every queued question. Now the queue is
+    dropped and only the questions in flight (8 here) finish their current call."""
+    many = [ex.copy(question_id=f"{ex.question_id}-{i}") for i in range(4) for ex in examples]
+    _questions_file(many, tmp_path, 1)
+    out = tmp_path / "r.jsonl"
+    cmd = [sys.executable, "-c", THREADED_CLI, "evaluate", "--threads", "8", "--no-progress"]
+    cmd += ["--dataset", str(tmp_path / "q0.json"), "--n", "0", "--out", str(out)]
+    proc = subprocess.Popen(
+        cmd,
+        env={**os.environ, "DELAY": "1.5"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (out.exists() and out.read_text().count("\n") >= 1):
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no question finished"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGINT)
+        interrupted = time.monotonic()
+        proc.wait(timeout=30)
+        waited = time.monotonic() - interrupted
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, proc.stderr.read().decode()[-3000:]
+    assert "interrupted" in proc.stderr.read().decode()
+    # The in-flight calls (1.5 s each) finish; the ~40 queued questions (~8 s more) do not run.
+    assert waited < 6, waited
+    assert len(read_records(out)) < len(many) - 8
