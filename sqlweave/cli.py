@@ -669,15 +669,12 @@ def _compile(
     cap = f" of {budget}" if budget is not None else ""
     stopped = " (budget reached: best so far kept)" if meta.extra.get("budget_exhausted") else ""
     resumed = meta.extra.get("resumed_units") or 0
+    earlier = meta.extra.get("resumed_calls") or 0
     typer.echo(
         f"compiled {name} with {optimizer} on {meta.n_train} train examples in "
         f"{meta.compile_seconds:.0f} s: {meta.lm_calls}{cap} LM calls{stopped}"
+        + (f", {earlier} of them by earlier runs" if earlier else "")
         + (f", {resumed} finished units resumed" if resumed else "")
-        + (
-            f" ({meta.extra['resumed_calls']} of them by earlier runs)"
-            if meta.extra.get("resumed_calls")
-            else ""
-        )
     )
     val_text = "n/a" if meta.val_ex is None else f"{meta.val_ex * 100:.1f}"
     typer.echo(f"validation EX {val_text} (n={meta.n_val}); saved {out}")

@@ -55,6 +55,8 @@ def read_records(path: str | Path, *, repair: bool = False) -> list[dict[str, An
     path = Path(path)
     if not path.exists():
         return []
+    if not path.is_file():  # a folder, or a device such as /dev/zero that never ends
+        raise ValueError(f"{path} is not a regular file")
     raw = path.read_bytes()
     lines = raw.split(b"\n")
     records: list[dict[str, Any]] = []

@@ -148,6 +148,18 @@ def test_out_that_cannot_be_written(lm: dict, spider_root: Path, tmp_path: Path,
     one_line_error(["evaluate", *args], message[kind])
 
 
+@pytest.mark.parametrize("baseline", ["/dev/zero", "folder"])
+def test_baseline_that_is_not_a_file(
+    lm: dict, spider_root: Path, tmp_path: Path, baseline: str
+) -> None:
+    path = tmp_path if baseline == "folder" else Path(baseline)
+    one_line_error(
+        ["evaluate", "--data-root", str(spider_root), "--n", "2", "--no-progress"]
+        + ["--baseline", str(path), "--out", str(tmp_path / "r.jsonl")],
+        "is not a regular file",
+    )
+
+
 def test_out_on_a_full_disk_after_start(
     lm: dict, spider_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
