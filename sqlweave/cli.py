@@ -353,6 +353,8 @@ def ask(
     _setup_logging(verbose)
     from sqlweave.db import Database, ExecutionError
 
+    if max_rows < 1:
+        _fail(f"--max-rows must be at least 1, not {max_rows}")
     try:
         database = Database.open(db, allow_superuser=allow_superuser)
     except ExecutionError as err:

@@ -131,6 +131,13 @@ def test_negative_n(lm: dict, spider_root: Path) -> None:
     )
 
 
+def test_negative_max_rows(lm: dict, demo_concert_db: Path) -> None:
+    one_line_error(
+        ["ask", "How many?", "--db", str(demo_concert_db), "--max-rows", "-5"],
+        "--max-rows must be at least 1",
+    )
+
+
 def test_zero_threads(lm: dict, spider_root: Path) -> None:
     one_line_error(
         ["evaluate", "--data-root", str(spider_root), "--threads", "0", "--no-progress"],
