@@ -261,7 +261,13 @@ def _model_tag(model: str) -> str:
 
 
 def _artifact_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    """A hash of what a compiled program does (its predictors' state and KNN pool), not of its
+    provenance: recompiling to the same program (timings differ) is the same run."""
+    from sqlweave.optimizers import read_artifact
+
+    payload = read_artifact(path)
+    content = {"state": payload["state"], "knn": payload.get("knn")}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _run_identity(program: str, prog: Any, model: str, api_base: str | None) -> dict[str, Any]:
@@ -772,6 +778,7 @@ def demo(
 ) -> None:
     """The main job: compile on bundled train data, save, evaluate on bundled dev, ask once."""
     _setup_logging(verbose)
+    from sqlweave.api import CompiledProgram
     from sqlweave.data import eval_slice
     from sqlweave.evaluate import evaluate as run_eval
     from sqlweave.optimizers import load_program
@@ -793,9 +800,18 @@ def demo(
         switches=[],
     )
     typer.secho("2/3 evaluate the saved program", bold=True)
-    program, _ = load_program(artefact)
+    program, meta = load_program(artefact)
     dev = eval_slice(_load_examples("spider", "dev", data_root), n=n_dev, seed=0)
-    summary = run_eval(program, dev, out_path=workdir / f"dev-n{len(dev)}.jsonl")
+    identity = _run_identity(str(artefact), CompiledProgram(program, meta), model, api_base)
+    try:
+        summary = run_eval(
+            program,
+            dev,
+            out_path=workdir / f"dev-n{len(dev)}-{_model_tag(model)}.jsonl",
+            identity=identity,
+        )
+    except ValueError as err:  # the records there are another run's
+        _fail(str(err))
     _print_summary(summary)
     typer.secho("3/3 ask the saved program", bold=True)
     first = next((ex for ex in dev if ex.get("difficulty") == "easy"), dev[0])

@@ -169,9 +169,15 @@ def test_cli_identity_of_an_artifact_includes_its_content(
     args += ["--out", str(out), "-p", str(artefact)]
     assert runner.invoke(app, args).exit_code == 0
     assert len(read_run_identity(out)["artifact"]) == 16
+    # Saved again with other provenance (timings, lm note) but the same program: the same run.
     save_program(programs.get("direct"), artefact, ArtifactMeta(program="direct", lm="other"))
+    assert runner.invoke(app, args).exit_code == 0
+    # Recompiled into another program (new instructions): another run.
+    changed = programs.get("direct")
+    changed.generate.signature = changed.generate.signature.with_instructions("Write SQLite.")
+    save_program(changed, artefact, ArtifactMeta(program="direct"))
     result = runner.invoke(app, args)
-    assert result.exit_code == 2 and "artifact" in result.output  # recompiled: another run
+    assert result.exit_code == 2 and "artifact" in result.output
 
 
 # --- the compile budget across resumes -----------------------------------------------------
