@@ -65,6 +65,10 @@ def _configure_lm(model: str, api_base: str | None, n_threads: int | None = None
     options: dict[str, Any] = {}
     if api_base:
         options["api_base"] = api_base
+        # A self-hosted OpenAI-compatible server (vLLM, llama.cpp) usually needs no key, but
+        # LiteLLM refuses to call one without: every question would be a recorded failure.
+        if model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
+            options["api_key"] = "sk-no-key"
     if n_threads is not None:
         if n_threads < 1:
             _fail(f"--n-threads must be at least 1, not {n_threads}")
@@ -803,18 +807,24 @@ def demo(
     program, meta = load_program(artefact)
     dev = eval_slice(_load_examples("spider", "dev", data_root), n=n_dev, seed=0)
     identity = _run_identity(str(artefact), CompiledProgram(program, meta), model, api_base)
+    records_path = workdir / f"dev-n{len(dev)}-{_model_tag(model)}.jsonl"
     try:
-        summary = run_eval(
-            program,
-            dev,
-            out_path=workdir / f"dev-n{len(dev)}-{_model_tag(model)}.jsonl",
-            identity=identity,
-        )
+        summary = run_eval(program, dev, out_path=records_path, identity=identity)
     except ValueError as err:  # the records there are another run's
         _fail(str(err))
     _print_summary(summary)
+    try:
+        from sqlweave.report import write_report
+
+        page = write_report([records_path], workdir / "report.html", title="sqlweave demo")
+        typer.echo(f"report: {page.resolve()}")
+    except ImportError as err:  # the report extra (matplotlib) is optional
+        typer.echo(f"report skipped: {err} (pip install 'sqlweave[report]')")
     typer.secho("3/3 ask the saved program", bold=True)
-    first = next((ex for ex in dev if ex.get("difficulty") == "easy"), dev[0])
+    # Ask a question the evaluation just answered right (an easy one if any), so the demo ends
+    # on the answer's rows rather than on a miss.
+    right = {r["question_id"] for r in summary["records"] if r.get("correct")}
+    first = min(dev, key=lambda ex: (ex.question_id not in right, ex.get("difficulty") != "easy"))
     typer.echo(f"Q: {first.question}  [{first.db_id}]")
     try:
         ask(
