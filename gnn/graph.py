@@ -34,6 +34,8 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from torch_geometric.data import Data
 
+from sqlweave.errors import SqlweaveError
+
 logger = logging.getLogger(__name__)
 
 ROOT, KEYWORD, TABLE, COLUMN, VALUE = range(5)
@@ -83,7 +85,7 @@ _TOKENS: dict[type[exp.Expression], str] = {
 _SELECT_ARGS = ("distinct", "expressions", "from_", "joins", "where", "group", "having", "order")
 
 
-class GraphError(ValueError):
+class GraphError(SqlweaveError, ValueError):
     """The SQL could not be parsed into a graph."""
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import dspy
 
+from sqlweave.errors import SqlweaveError
 from sqlweave.programs import SQLProgram, available, get
 
 logger = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ FORMAT = "sqlweave-program"
 FORMAT_VERSION = 1
 
 
-class ArtifactError(Exception):
+class ArtifactError(SqlweaveError):
     """A compiled-program file that is missing, corrupted or incompatible."""
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sqlweave.db import Database, ExecutionError, QueryResult
+from sqlweave.errors import SqlweaveError
 
 if TYPE_CHECKING:
     from sqlweave.api import CompiledProgram, Result, ask, compile, configure, load
@@ -46,6 +47,7 @@ __all__ = [
     "ExecutionError",
     "QueryResult",
     "Result",
+    "SqlweaveError",
     "__version__",
     "ask",
     "compile",

@@ -34,6 +34,7 @@ from typing import Any
 import dspy
 
 from sqlweave.db import Database
+from sqlweave.errors import SqlweaveError
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ SPIDER_LEVELS = ("easy", "medium", "hard", "extra")
 BIRD_LEVELS = ("simple", "moderate", "challenging")
 
 
-class DataError(ValueError):
+class DataError(SqlweaveError, ValueError):
     """A benchmark or question file is missing or malformed; the message names file and problem."""
 
     def __init__(self, path: str | Path | None, problem: str) -> None:

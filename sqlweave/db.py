@@ -47,6 +47,8 @@ from sqlglot.dialects import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
+from sqlweave.errors import SqlweaveError
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -250,7 +252,7 @@ _DUCKDB_QUERY_ROOTS: tuple[type[exp.Expression], ...] = tuple(
 )
 
 
-class ExecutionError(Exception):
+class ExecutionError(SqlweaveError):
     """A query that could not run, with a message fit to show an LM as feedback.
 
     ``kind`` is one of ``syntax``, ``unknown_table``, ``unknown_column``, ``not_read_only``,

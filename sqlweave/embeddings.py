@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sqlweave.errors import SqlweaveError
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -25,7 +27,7 @@ DIM = 384
 _lock = threading.Lock()
 
 
-class EmbeddingError(RuntimeError):
+class EmbeddingError(SqlweaveError, RuntimeError):
     """The sentence encoder is not installed or cannot be loaded."""
 
 

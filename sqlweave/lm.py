@@ -38,6 +38,7 @@ from dspy.utils.callback_context import ACTIVE_CALL_ID
 from dspy.utils.usage_tracker import UsageTracker
 
 from sqlweave import models
+from sqlweave.errors import SqlweaveError
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ DEFAULT_N_CTX = 8192
 SpecKind = Literal["local", "gguf", "litellm"]
 
 
-class LMSpecError(ValueError):
+class LMSpecError(SqlweaveError, ValueError):
     """A model spec string that cannot be understood."""
 
 

@@ -52,6 +52,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from sqlweave.db import Database, ExecutionError, QueryResult
+from sqlweave.errors import SqlweaveError
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ GOLD_MIN_TIMEOUT_S = 120.0
 Rows = Sequence[Sequence[Any]]
 
 
-class GoldQueryError(RuntimeError):
+class GoldQueryError(SqlweaveError, RuntimeError):
     """The gold query could not run: the data or the database is broken, not the prediction."""
 
     def __init__(self, sql: str, db_name: str, error: ExecutionError) -> None:

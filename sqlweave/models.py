@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from sqlweave.errors import SqlweaveError
+
 logger = logging.getLogger(__name__)
 
 CACHE_ENV = "SQLWEAVE_CACHE"
@@ -32,7 +34,7 @@ CACHE_ENV = "SQLWEAVE_CACHE"
 _CHUNK = 8 * 1024 * 1024
 
 
-class ModelError(RuntimeError):
+class ModelError(SqlweaveError, RuntimeError):
     """Base class for model registry errors."""
 
 
