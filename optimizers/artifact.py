@@ -221,7 +221,7 @@ def load_program(path: str | Path) -> tuple[SQLProgram, ArtifactMeta]:
             f"{path} is corrupted or incompatible: bad predictor state ({err})"
         ) from err
     if "knn" in payload:
-        from sqlweave.optimizers.compile import attach_knn
+        from sqlweave.optimizers.knn import attach_knn
 
         stray = {n for item in payload["knn"]["pool"] for n in item["demos"]} - expected
         if stray:

@@ -7,7 +7,7 @@ evaluation loop never branch on the source:
   file, a string). ``db_path`` is an input because programs open the database from it
   (:func:`sqlweave.programs.resolve_database`); optimizers call ``program(**example.inputs())``.
 * labels: ``gold_sql``, ``difficulty`` (Spider: the official hardness easy/medium/hard/extra
-  computed from the gold SQL by :func:`sqlweave.metrics.spider_hardness`; BIRD: simple/moderate/
+  computed from the gold SQL by :func:`sqlweave.hardness.spider_hardness`; BIRD: simple/moderate/
   challenging from the file), ``question_id``, ``source`` (``"spider"``/``"bird"``/``"user"``) and
   ``split``.
 
@@ -35,6 +35,7 @@ import dspy
 
 from sqlweave.db import Database
 from sqlweave.errors import SqlweaveError
+from sqlweave.hardness import spider_hardness
 
 logger = logging.getLogger(__name__)
 
@@ -131,8 +132,6 @@ def _field(path: Path, i: int, item: dict[str, Any], *names: str) -> str:
 
 def _hardness(sql: str) -> str:
     """Spider hardness of a gold query, ``"unknown"`` (with a warning) when sqlglot cannot parse it."""
-    from sqlweave.metrics import spider_hardness
-
     try:
         return spider_hardness(sql)
     except ValueError:
