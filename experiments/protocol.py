@@ -160,12 +160,9 @@ def _row(summary: dict[str, Any]) -> str:
         delta, p = "—", "—"
     calls = usage.get("calls")
     secs = usage.get("wall_seconds")
-    return (
-        f"| {label} | {summary['n']} | {ex:.1f} | [{low:.1f}, {high:.1f}] | {delta} | {p} | "
-        f"{calls:.2f} | {secs:.1f} |"
-        if calls is not None and secs is not None
-        else f"| {label} | {summary['n']} | {ex:.1f} | [{low:.1f}, {high:.1f}] | {delta} | {p} | — | — |"
-    )
+    tokens = (usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0)
+    cost = f"{calls:.2f} | {tokens:,.0f} | {secs:.1f}" if calls is not None else "— | — | —"
+    return f"| {label} | {summary['n']} | {ex:.1f} | [{low:.1f}, {high:.1f}] | {delta} | {p} | {cost} |"
 
 
 def table() -> str:
@@ -179,8 +176,9 @@ def table() -> str:
         "",
         "Written by `python experiments/protocol.py --table` from the JSON summaries beside it. "
         "EX in %, 95% bootstrap interval; Δ vs naive is paired on the same questions (bootstrap "
-        "interval), p is McNemar's exact test. calls/q and s/q are per question (s/q: wall "
-        "seconds on this 2-core CPU machine; DSPy cache hits cost ~0 s).",
+        "interval), p is McNemar's exact test. calls/q, tokens/q (prompt + completion) and s/q are "
+        "per question (s/q: wall seconds on this 2-core CPU machine, which other jobs shared "
+        "during some runs; DSPy cache hits cost ~0 s).",
         "",
     ]
     for (slice_name, model), rows in sorted(groups.items()):
@@ -188,8 +186,8 @@ def table() -> str:
         lines += [
             f"## {slice_name}, {model}",
             "",
-            "| program | n | EX | 95% CI | Δ vs naive [95% CI] | p | calls/q | s/q |",
-            "|---|---|---|---|---|---|---|---|",
+            "| program | n | EX | 95% CI | Δ vs naive [95% CI] | p | calls/q | tokens/q | s/q |",
+            "|---|---|---|---|---|---|---|---|---|",
             *(_row(s) for s in rows),
             "",
         ]

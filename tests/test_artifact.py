@@ -41,7 +41,7 @@ def test_artifact_records_provenance(saved: Path, train: list[dspy.Example]) -> 
     assert payload["format"] == "sqlweave-program" and payload["format_version"] == FORMAT_VERSION
     assert payload["versions"] == {"sqlweave": sqlweave.__version__, "dspy": dspy.__version__}
     meta = payload["meta"]
-    assert meta["program"] == "direct" and meta["switches"] == {}
+    assert meta["program"] == "direct" and meta["switches"] == {"schema_layout": "native"}
     assert meta["optimizer"] == "bootstrap" and meta["budget"] == 10
     assert meta["lm"] == "dummy"
     assert meta["val_ex"] == 1.0 and meta["n_train"] == 4 and meta["n_val"] == 2
