@@ -18,8 +18,15 @@ what a 1.5B model on a laptop can use:
 5. **Repair only on failure** (Dubo-SQL's execution-feedback loop): when the voted query errors or
    returns nothing, one correction round with the error or the empty result as feedback.
 
-Every stage is a switch: ``num_demos=0``, ``value_hints=False``, ``samples=1``,
-``repair_rounds=0`` turn one off, so the ablations are configurations (:attr:`WeaveSQL.ABLATIONS`).
+Every stage is a switch: ``num_demos=4``, ``value_hints=False``, ``samples=1``,
+``repair_rounds=0`` turn one on or off, so the ablations are configurations
+(:attr:`WeaveSQL.ABLATIONS`).
+
+**Defaults chosen on validation.** Demos are off by default (``num_demos=0``): on the first 60
+questions of ``spider-train-val`` (train databases no demo pool holds) the configuration without
+demos scored 75.0 against the ``naive`` prompt's 61.7 (McNemar p = 0.02), at about half the
+prompt of the configuration with four demos, whose validation run did not finish in time.
+``with_demos`` is kept as a configuration until it is validated against this one.
 """
 
 from __future__ import annotations
@@ -76,16 +83,16 @@ class WeaveSQL(SQLProgram):
     name = "weave"
     ABLATIONS = {
         "full": {},
-        "no_demos": {"num_demos": 0},
+        "with_demos": {"num_demos": 4},
         "no_values": {"value_hints": False},
         "greedy": {"samples": 1},
         "no_repair": {"repair_rounds": 0},
-        "zero_shot_greedy": {"num_demos": 0, "value_hints": False, "samples": 1},
+        "greedy_no_values": {"value_hints": False, "samples": 1},
     }
 
     def __init__(
         self,
-        num_demos: int = 4,
+        num_demos: int = 0,
         demo_strategy: str = "masked_question",
         value_hints: bool = True,
         samples: int = 5,
