@@ -21,32 +21,20 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from run_programs import _commit, model_tag  # the same commit stamp and file-name tags
+
 RESULTS = Path(__file__).resolve().parent / "results" / "protocol"
 DEFAULT_MODEL = "local:qwen2.5-coder-1.5b"
-
-
-def model_tag(model: str) -> str:
-    return model.split(":")[-1].replace("/", "_").replace("qwen2.5-coder-", "")
 
 
 def stem(program: str, config: str, slice_name: str, model: str) -> str:
     name = program if config in ("", "full", "default") else f"{program}__{config}"
     return f"{name}__{slice_name}__{model_tag(model)}"
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _parse_switches(items: list[str]) -> dict[str, Any]:
