@@ -135,6 +135,9 @@ def test_round_trip_with_local_model_in_a_fresh_process(tmp_path: Path) -> None:
     lm = build_lm("local:qwen2.5-coder-0.5b", cache=False)
     train = [ex for ex in load_spider("train") if ex.db_id == "department_management"][:3]
     dev = [ex for ex in load_spider("dev") if ex.db_id == "concert_singer"][:2]
+    if len(train) < 3 or len(dev) < 2:
+        # The demo bundle a bare checkout falls back to has no department_management questions.
+        pytest.skip("needs the benchmark data (../shared/data or SQLWEAVE_DATA)")
     with dspy.context(lm=lm):
         compiled = sqlweave.compile(
             "direct", train[:2], train[2:], optimizer="bootstrap", max_demos=1, progress=False
