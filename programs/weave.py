@@ -41,7 +41,7 @@ from sqlweave.db import Database
 from sqlweave.programs.base import SQLProgram, predict_sql
 from sqlweave.programs.correction import CorrectionLoop
 from sqlweave.programs.naive import native_ddl
-from sqlweave.programs.voting import SelfConsistency, vote
+from sqlweave.programs.voting import SelfConsistency
 from sqlweave.signatures import GenerateSQLFromExamples
 from sqlweave.values import ValueIndex
 
@@ -219,4 +219,4 @@ class WeaveSQL(SQLProgram):
         )
 
 
-__all__ = ["WeaveSQL", "format_examples", "format_values", "vote"]
+__all__ = ["WeaveSQL", "format_examples", "format_values"]

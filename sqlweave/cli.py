@@ -227,32 +227,27 @@ def _program_from(program: str, switches: list[str]) -> tuple[Any, str]:
     return CompiledProgram(prog, meta), program
 
 
-def _check_writable(path: Path, option: str) -> None:
-    """Fail now, not after hours of work, when ``path`` cannot be written as a file."""
+def _check_writable(path: Path, option: str, *, touch: bool = True) -> None:
+    """Fail now, not after hours of work, when ``path`` cannot be written as a file.
+
+    ``touch`` opens it for appending (records written as they go); ``touch=False`` leaves a file
+    written once at the end untouched and checks permissions instead.
+    """
     if path.is_dir():
         _fail(f"{option} {path} is a directory; give a file path")
     if path.exists() and not path.is_file():
         _fail(f"{option} {path} is not a regular file; give a file path")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8"):
-            pass
+        if touch:
+            with open(path, "a", encoding="utf-8"):
+                pass
     except OSError as err:
         _fail(f"cannot write {option} {path}: {err.strerror or err}")
-
-
-def _check_writable_artifact(path: Path) -> None:
-    """Like :func:`_check_writable`, for a file written once at the end (left untouched now)."""
-    if path.is_dir():
-        _fail(f"--out {path} is a directory; give a file path")
-    if path.exists() and not path.is_file():
-        _fail(f"--out {path} is not a regular file; give a file path")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        _fail(f"cannot write --out {path}: {err.strerror or err}")
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        _fail(f"cannot write --out {path}: permission denied")
+    if not touch and (
+        not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK))
+    ):
+        _fail(f"cannot write {option} {path}: permission denied")
 
 
 def _model_tag(model: str) -> str:
@@ -627,7 +622,7 @@ def _compile(
     ):
         if value is not None and value < 0:
             _fail(f"{option} must be 0 or more, not {value}")
-    _check_writable_artifact(out)
+    _check_writable(out, "--out", touch=False)
     checkpoint = checkpoint or out.with_suffix(".ckpt.json")
     if checkpoint.is_dir():
         _fail(f"--checkpoint {checkpoint} is a directory; give a file path")
