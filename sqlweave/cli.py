@@ -65,10 +65,6 @@ def _configure_lm(model: str, api_base: str | None, n_threads: int | None = None
     options: dict[str, Any] = {}
     if api_base:
         options["api_base"] = api_base
-        # A self-hosted OpenAI-compatible server (vLLM, llama.cpp) usually needs no key, but
-        # LiteLLM refuses to call one without: every question would be a recorded failure.
-        if model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
-            options["api_key"] = "sk-no-key"
     if n_threads is not None:
         if n_threads < 1:
             _fail(f"--n-threads must be at least 1, not {n_threads}")

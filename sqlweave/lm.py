@@ -475,6 +475,15 @@ def build_lm(
     """
     parsed = LMSpec.parse(spec)
     if not parsed.is_local:
+        # A self-hosted OpenAI-compatible server (vLLM, llama.cpp) usually needs no key, but
+        # LiteLLM refuses to call one without: every question would be a recorded failure.
+        if (
+            str(parsed).startswith("openai/")
+            and options.get("api_base")
+            and "api_key" not in options
+            and not os.environ.get("OPENAI_API_KEY")
+        ):
+            options["api_key"] = "sk-no-key"
         return dspy.LM(
             str(parsed), temperature=temperature, max_tokens=max_tokens, cache=cache, **options
         )

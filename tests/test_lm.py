@@ -397,3 +397,16 @@ def test_default_threads_leave_a_core_free_and_read_the_environment(monkeypatch)
         monkeypatch.setenv(THREADS_ENV, bad)
         with pytest.raises(LMSpecError, match=THREADS_ENV):
             default_threads()
+
+
+def test_served_model_without_a_key_gets_a_placeholder(monkeypatch) -> None:
+    from sqlweave.lm import build_lm
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    served = build_lm("openai/qwen", api_base="http://127.0.0.1:9/v1")
+    assert served.kwargs["api_key"] == "sk-no-key"
+    mine = build_lm("openai/qwen", api_base="http://127.0.0.1:9/v1", api_key="k")
+    assert mine.kwargs["api_key"] == "k"
+    assert "api_key" not in build_lm("openai/gpt-4o-mini").kwargs  # OpenAI itself: no guess
+    monkeypatch.setenv("OPENAI_API_KEY", "real")
+    assert "api_key" not in build_lm("openai/qwen", api_base="http://127.0.0.1:9/v1").kwargs
