@@ -7,7 +7,6 @@ SQLAlchemy URL or an open :class:`~sqlweave.db.Database`.
 
 from __future__ import annotations
 
-import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,6 @@ from sqlweave.db import Database, ExecutionError
 logger = logging.getLogger(__name__)
 
 
-@functools.lru_cache(maxsize=128)
-def _open_cached(target: str) -> Database:
-    return Database.open(target)
-
-
 def resolve_database(
     db: Database | str | Path | None = None, db_path: str | None = None
 ) -> Database:
@@ -33,7 +27,9 @@ def resolve_database(
     target = db if db is not None else db_path
     if target is None:
         raise ExecutionError("connection", "no database given: pass db=PATH_OR_URL (or db_path)")
-    return _open_cached(str(target))
+    from sqlweave.caches import open_database
+
+    return open_database(target)
 
 
 class SQLProgram(dspy.Module):
@@ -89,3 +85,32 @@ def predict_sql(predictor: dspy.Predict, *, field: str = "sql", **inputs: Any) -
         raw = err.lm_response or ""
         logger.debug("unparsed LM output kept as raw text: %s", raw[:200])
     return extract_sql(raw), raw
+
+
+class Generator(dspy.Module):
+    """The generator stage: one SQL-writing call that never raises on model garbage.
+
+    Wraps a ``dspy.Predict`` of ``signature`` (attribute ``predict``, so optimizers tune it) and
+    :func:`predict_sql`. Per-call ``demos`` (retrieved for this question) are appended to the
+    compiled ones, best last. It installs sqlweave's adapter itself, so the block sends the same
+    prompt inside a user's own DSPy module as inside a sqlweave program (a user-configured adapter
+    still wins). Returns ``Prediction(sql, raw)``.
+    """
+
+    def __init__(self, signature: Any = None, field: str = "sql") -> None:
+        super().__init__()
+        if signature is None:
+            from sqlweave.signatures import GenerateSQL
+
+            signature = GenerateSQL
+        self.predict = dspy.Predict(signature)
+        self.field = field
+
+    def forward(self, demos: Any = (), **inputs: Any) -> dspy.Prediction:
+        from sqlweave.adapter import use_default_adapter
+
+        with use_default_adapter():
+            sql, raw = predict_sql(
+                self.predict, field=self.field, demos=[*self.predict.demos, *demos], **inputs
+            )
+        return dspy.Prediction(sql=sql, raw=raw)

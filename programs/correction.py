@@ -144,3 +144,40 @@ class CorrectionLoop(dspy.Module):
             # A small model that ignores the output format still often wrote a query: keep it.
             raw = err.lm_response or ""
         return extract_sql(raw)
+
+
+# --- the other correctors (the role's protocol: sqlweave.programs.stages) -------------------------
+
+
+class NoCorrector(dspy.Module):
+    """The ``none`` corrector: the SQL is returned unchanged, unexecuted."""
+
+    def forward(self, sql: str, **_: Any) -> dspy.Prediction:
+        return dspy.Prediction(sql=sql, rounds=0, history=[], result=None)
+
+
+class RuleCorrector(dspy.Module):
+    """The ``rules`` corrector: MageSQL's rule-based correction (:mod:`sqlweave.programs.rules`),
+    no LM call. ``history`` holds one entry naming the rules that fired (none when nothing
+    changed); stored values feed the string-format rule only when the SQL has literals.
+    """
+
+    def forward(
+        self, sql: str, db: Database | str | Path, question: str = "", **_: Any
+    ) -> dspy.Prediction:
+        import re
+
+        from sqlweave.programs.rules import apply_rules
+        from sqlweave.values import ValueIndex
+
+        database = resolve_database(db)
+        if not sql:
+            return dspy.Prediction(sql=sql, rounds=0, history=[], fired=[])
+        values = ValueIndex.build(database) if re.search(r"['\"]", sql) else None
+        fixed = apply_rules(sql, database, dialect=database.dialect, value_index=values)
+        history = []
+        if fixed.fired:
+            history = [{"sql": sql, "feedback": "rules: " + ", ".join(fixed.fired)}]
+        return dspy.Prediction(
+            sql=fixed.sql, rounds=int(bool(fixed.fired)), history=history, fired=list(fixed.fired)
+        )

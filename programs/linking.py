@@ -300,9 +300,12 @@ class ForwardLinker(dspy.Module):
         db_schema: str | None = None,
         evidence: str = "",
         dialect: str | None = None,
+        sql: str = "",
+        db: Any = None,
     ) -> dspy.Prediction:
         """Returns ``Prediction(linked=LinkedSchema, raw=list|str)``; ``db_schema`` is the text shown
-        to the LM (default: the full DDL of ``schema``)."""
+        to the LM (default: the full DDL of ``schema``). ``sql`` and ``db`` (the linker protocol's
+        draft and database, :mod:`sqlweave.programs.stages`) are not read: this link is forward."""
         text = db_schema if db_schema is not None else render_ddl(schema)
         try:
             out = self.link(
@@ -344,9 +347,11 @@ class BidirectionalLinker(dspy.Module):
         evidence: str = "",
         dialect: str | None = None,
         forward_linked: LinkedSchema | None = None,
+        db: Any = None,
     ) -> dspy.Prediction:
         """Returns ``Prediction(linked, schema, forward, backward, evidence)``; ``schema`` is the
-        pruned :class:`Schema` (the full one when nothing was linked)."""
+        pruned :class:`Schema` (the full one when nothing was linked). ``sql`` is the draft the
+        backward link reads; ``db`` (the linker protocol's database) is not needed."""
         fwd = None
         if self.use_forward:
             fwd = forward_linked
@@ -364,3 +369,60 @@ class BidirectionalLinker(dspy.Module):
         return dspy.Prediction(
             linked=linked, schema=linked.subset(schema), forward=fwd, backward=bwd, evidence=evd
         )
+
+
+# --- the linker stages without an LM call (the role's protocol: sqlweave.programs.stages) ----------
+
+
+class NoLinker(dspy.Module):
+    """No linking: the prompt keeps the whole schema (an empty link means "everything")."""
+
+    def forward(self, question: str, schema: Schema, **_: Any) -> dspy.Prediction:
+        return dspy.Prediction(linked=LinkedSchema(), schema=schema)
+
+
+class DraftTablesLinker(dspy.Module):
+    """PET-SQL's linking (§3.3): the tables a draft SQL reads, kept whole."""
+
+    def forward(
+        self, question: str, schema: Schema, sql: str = "", dialect: str | None = None, **_: Any
+    ) -> dspy.Prediction:
+        found = tables_in_sql(sql, schema, dialect) if sql else set()
+        linked = LinkedSchema.from_tables(t.name for t in schema.tables if t.name in found)
+        return dspy.Prediction(linked=linked, schema=linked.subset(schema))
+
+
+class DraftColumnsLinker(dspy.Module):
+    """RSL-SQL's backward linking alone: every column whose name occurs in the draft SQL."""
+
+    def forward(self, question: str, schema: Schema, sql: str = "", **_: Any) -> dspy.Prediction:
+        linked = columns_in_sql(sql, schema) if sql else LinkedSchema()
+        return dspy.Prediction(linked=linked, schema=linked.subset(schema))
+
+
+class ValueLinker(dspy.Module):
+    """Value-based linking: the columns holding values the question names verbatim (the value
+    retrieval of SEA-SQL and RSL-SQL), plus the tables the draft reads.
+
+    Needs the database (``db``) for its :class:`~sqlweave.values.ValueIndex`; without one, or when
+    nothing matches, it falls back to the draft's tables (and then to the whole schema).
+    """
+
+    def forward(
+        self,
+        question: str,
+        schema: Schema,
+        sql: str = "",
+        dialect: str | None = None,
+        db: Any = None,
+        **_: Any,
+    ) -> dspy.Prediction:
+        columns: set[tuple[str, str]] = set()
+        if db is not None:
+            from sqlweave.values import ValueIndex
+
+            # ValueIndex.build keeps one index per database (memory, then disk).
+            columns = {(m[0], m[1]) for m in ValueIndex.build(db).mentioned(question)}
+        tables = tables_in_sql(sql, schema, dialect) if sql else set()
+        linked = LinkedSchema(tables=tables, columns=columns)
+        return dspy.Prediction(linked=linked, schema=linked.subset(schema))

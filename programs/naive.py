@@ -17,6 +17,7 @@ the system message names the dialect.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 import dspy
 
@@ -30,21 +31,32 @@ SYSTEM = "You write one {dialect} query that answers the question. Reply with th
 MAX_TOKENS = 256
 
 
-def native_ddl(db: Database) -> str:
-    """The database's own CREATE TABLE statements (SQLite), else DDL rendered from introspection."""
+def native_ddl(db: Database, tables: Iterable[str] | None = None) -> str:
+    """The database's own CREATE TABLE statements (SQLite), else DDL rendered from introspection.
+
+    ``tables`` (e.g. a linker's) keeps only theirs, matched without regard to case.
+    """
+    keep = None if tables is None else {t.lower() for t in tables}
     if db.dialect == "sqlite":
         try:
             result = db.execute(
-                "SELECT sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL "
+                "SELECT sql, name FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL "
                 "AND name NOT LIKE 'sqlite_%' ORDER BY rowid",
                 use_cache=True,
             )
-            statements = [str(row[0]).strip() for row in result.rows]
+            statements = [
+                str(row[0]).strip()
+                for row in result.rows
+                if keep is None or str(row[1]).lower() in keep
+            ]
             if statements:
                 return "\n".join(statements)
         except ExecutionError:
             pass
-    return render_ddl(introspect(db), layout="pretty")
+    schema = introspect(db)
+    if keep is not None:
+        schema = schema.subset(tables=[t.name for t in schema.tables if t.name.lower() in keep])
+    return render_ddl(schema, layout="pretty")
 
 
 def reply_sql(reply: str) -> str:

@@ -16,6 +16,8 @@ from typing import Any
 
 import dspy
 
+from sqlweave.caches import CACHE
+
 logger = logging.getLogger(__name__)
 
 
@@ -75,3 +77,11 @@ def default_retriever(name: str, source: str = "spider", **options: Any) -> Any:
         if key not in _RETRIEVERS:
             _RETRIEVERS[key] = make_retriever(name, default_pool(source), **options)
         return _RETRIEVERS[key]
+
+
+@CACHE.register
+def clear() -> None:
+    """Forget the loaded pools and their retrievers (part of ``CACHE.clear()``)."""
+    _load.cache_clear()
+    with _RETRIEVERS_LOCK:
+        _RETRIEVERS.clear()

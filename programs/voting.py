@@ -145,17 +145,28 @@ def vote(
     return VoteResult(candidates[best.first], groups, best.first, best.weight, total, outcomes)
 
 
-class SelfConsistency(dspy.Module):
-    """Sample ``n`` SQL candidates from one generator and return the execution-majority answer.
+def sample_lm(i: int, temperature: float, lm: Any = None, greedy_first: bool = True) -> Any:
+    """The LM for rollout ``i``: ``lm`` (default: the current one) unchanged for ``i == 0`` with
+    ``greedy_first``, else a copy at ``temperature`` with ``rollout_id=i`` (DSPy 3.4 keys its
+    cache on ``rollout_id``, so equal prompts still give fresh samples; a ``seed`` in the LM's
+    settings is varied too)."""
+    lm = lm if lm is not None else dspy.settings.lm
+    if lm is None or (i == 0 and greedy_first):
+        return lm
+    updates: dict[str, Any] = {"rollout_id": i, "temperature": temperature}
+    seed = (getattr(lm, "kwargs", None) or {}).get("seed")
+    if isinstance(seed, int):
+        updates["seed"] = seed + i
+    return lm.copy(**updates)
 
-    Samples past the first run on copies of the current LM with ``temperature`` and a distinct
-    ``rollout_id`` each (DSPy 3.4 keys its cache on ``rollout_id``, so equal prompts still give
-    fresh samples; a ``seed`` in the LM's settings is varied too). With ``greedy_first`` the first
-    candidate uses the LM unchanged (usually temperature 0), and wins ties as the most trusted.
+
+class Sampler(dspy.Module):
+    """``n`` SQL candidates from one generator: the first greedy (with ``greedy_first``), the
+    others sampled at ``temperature`` with distinct rollout ids (:func:`sample_lm`).
 
     ``predictor`` is a :class:`~sqlweave.programs.base.SQLProgram` (called with ``db=``) or any
     module / predictor whose output has a ``sql_field``; it is called with the other inputs.
-    Predictors that pin their own LM are not varied.
+    Garbage output becomes an empty candidate, never an exception.
     """
 
     def __init__(
@@ -175,16 +186,6 @@ class SelfConsistency(dspy.Module):
         self.greedy_first = greedy_first
         self.sql_field = sql_field
 
-    def _sample_lm(self, i: int) -> Any:
-        lm = dspy.settings.lm
-        if lm is None or (i == 0 and self.greedy_first):
-            return lm
-        updates: dict[str, Any] = {"rollout_id": i, "temperature": self.temperature}
-        seed = (getattr(lm, "kwargs", None) or {}).get("seed")
-        if isinstance(seed, int):
-            updates["seed"] = seed + i
-        return lm.copy(**updates)
-
     def _call(self, db: Database, inputs: dict[str, Any]) -> str:
         try:
             if isinstance(self.predictor, SQLProgram):
@@ -196,12 +197,80 @@ class SelfConsistency(dspy.Module):
             raw = err.lm_response or ""
         return extract_sql(raw)
 
-    def forward(self, db: Database | str | Path, **inputs: Any) -> dspy.Prediction:
-        """Returns ``Prediction(sql, candidates, vote)`` with the :class:`VoteResult`."""
+    def forward(self, db: Database | str | Path, **inputs: Any) -> list[str]:
+        """The candidates in rollout order (the greedy one first)."""
         database = resolve_database(db)
         candidates = []
         for i in range(self.n):
-            with dspy.context(lm=self._sample_lm(i)):
+            lm = sample_lm(i, self.temperature, greedy_first=self.greedy_first)
+            with dspy.context(lm=lm):
                 candidates.append(self._call(database, inputs))
+        return candidates
+
+
+class VoteSelector(dspy.Module):
+    """The ``vote`` selector: the execution-majority candidate (:func:`vote`; no LM call).
+
+    Follows the selector protocol of :mod:`sqlweave.programs.stages`: returns
+    ``Prediction(sql, choice, lm_called, vote)`` with ``choice`` 1-based.
+    """
+
+    def __init__(self, timeout_s: float = FEEDBACK_TIMEOUT_S) -> None:
+        super().__init__()
+        self.timeout_s = timeout_s
+
+    def forward(
+        self,
+        candidates: Sequence[str],
+        db: Database | str | Path,
+        question: str = "",
+        evidence: str = "",
+        db_schema: str | None = None,
+        weights: Sequence[float] | None = None,
+    ) -> dspy.Prediction:
+        result = vote(list(candidates), resolve_database(db), weights, timeout_s=self.timeout_s)
+        return dspy.Prediction(
+            sql=result.sql, choice=result.winner_index + 1, lm_called=False, vote=result
+        )
+
+
+class FirstSelector(dspy.Module):
+    """The ``first`` selector: the first non-empty candidate, unexecuted (a single-answer
+    pipeline's choice; the selector protocol of :mod:`sqlweave.programs.stages`)."""
+
+    def forward(self, candidates: Sequence[str], **_: Any) -> dspy.Prediction:
+        if not candidates:
+            raise ValueError("a selector needs at least one candidate")
+        index = next((i for i, sql in enumerate(candidates) if sql.strip()), 0)
+        return dspy.Prediction(sql=candidates[index], choice=index + 1, lm_called=False)
+
+
+class SelfConsistency(dspy.Module):
+    """Sample ``n`` SQL candidates from one generator and return the execution-majority answer:
+    a :class:`Sampler` followed by :func:`vote`.
+
+    With ``greedy_first`` the first candidate uses the LM unchanged (usually temperature 0), and
+    wins ties as the most trusted. Predictors that pin their own LM are not varied.
+    """
+
+    def __init__(
+        self,
+        predictor: dspy.Module,
+        n: int = 5,
+        temperature: float = 0.7,
+        greedy_first: bool = True,
+        sql_field: str = "sql",
+    ) -> None:
+        super().__init__()
+        self.sampler = Sampler(predictor, n, temperature, greedy_first, sql_field)
+
+    @property
+    def n(self) -> int:
+        return self.sampler.n
+
+    def forward(self, db: Database | str | Path, **inputs: Any) -> dspy.Prediction:
+        """Returns ``Prediction(sql, candidates, vote)`` with the :class:`VoteResult`."""
+        database = resolve_database(db)
+        candidates = self.sampler(db=database, **inputs)
         result = vote(candidates, database)
         return dspy.Prediction(sql=result.sql, candidates=candidates, vote=result)

@@ -20,7 +20,10 @@ what a 1.5B model on a laptop can use:
 
 Every stage is a switch: ``num_demos=4``, ``value_hints=False``, ``samples=1``,
 ``repair_rounds=0`` turn one on or off, so the ablations are configurations
-(:attr:`WeaveSQL.ABLATIONS`).
+(:attr:`WeaveSQL.ABLATIONS`). The roles of :mod:`sqlweave.programs.stages` are replaceable by
+name or instance: ``linker`` (default ``none``; a link keeps the linked tables' DDL only),
+``selector`` (default ``vote``) and ``corrector`` (default ``execution``: ``repair_rounds``
+rounds on error or empty result).
 
 **Defaults chosen on validation.** Demos are off by default (``num_demos=0``): on the first 60
 questions of ``spider-train-val`` (train databases no demo pool holds) the configuration without
@@ -38,10 +41,11 @@ from typing import Any
 import dspy
 
 from sqlweave.db import Database
-from sqlweave.programs.base import SQLProgram, predict_sql
-from sqlweave.programs.correction import CorrectionLoop
+from sqlweave.programs import stages as stage_registry
+from sqlweave.programs.base import Generator, SQLProgram
+from sqlweave.programs.demos import DemoSource
 from sqlweave.programs.naive import native_ddl
-from sqlweave.programs.voting import SelfConsistency
+from sqlweave.programs.voting import Sampler
 from sqlweave.signatures import GenerateSQLFromExamples
 from sqlweave.values import ValueIndex
 
@@ -99,6 +103,9 @@ class WeaveSQL(SQLProgram):
         temperature: float = 0.7,
         repair_rounds: int = 1,
         schema_layout: str = "native",
+        linker: str | dspy.Module = "none",
+        selector: str | dspy.Module = "vote",
+        corrector: str | dspy.Module = "execution",
         *,
         pool: Iterable[dspy.Example] | None = None,
         retriever: Any = None,
@@ -126,6 +133,9 @@ class WeaveSQL(SQLProgram):
             temperature=temperature,
             repair_rounds=repair_rounds,
             schema_layout=schema_layout,
+            linker=stage_registry.name_of("linker", linker),
+            selector=stage_registry.name_of("selector", selector),
+            corrector=stage_registry.name_of("corrector", corrector),
         )
         self.num_demos = num_demos
         self.demo_strategy = demo_strategy
@@ -134,49 +144,54 @@ class WeaveSQL(SQLProgram):
         self.temperature = float(temperature)
         self.repair_rounds = repair_rounds
         self.schema_layout = schema_layout
-        self.generate = dspy.Predict(GenerateSQLFromExamples)
-        self.vote = SelfConsistency(self.generate, n=samples, temperature=self.temperature)
-        self.repair = CorrectionLoop(max_rounds=repair_rounds, retry_on_empty=True)
-        self._pool = list(pool) if pool is not None else None
-        self._retriever = retriever
+        self.demo_source = DemoSource(demo_strategy, num_demos, pool=pool, retriever=retriever)
+        self.generate = Generator(GenerateSQLFromExamples)
+        self.sampler = Sampler(self.generate, n=samples, temperature=self.temperature)
+        self.linker = stage_registry.build("linker", linker)
+        self.selector = stage_registry.build("selector", selector)
+        options = {"max_rounds": repair_rounds, "retry_on_empty": True}
+        self.corrector = stage_registry.build(
+            "corrector", corrector, **(options if corrector == "execution" else {})
+        )
 
-    def retriever(self) -> Any:
-        """The demo retriever: the one given, one built over the given pool on first use, or the
-        process-wide retriever over the default train pool (never copied with the program)."""
-        if self._retriever is not None:
-            return self._retriever
-        if self._pool is None:
-            from sqlweave.programs.pools import default_retriever
-
-            return default_retriever(self.demo_strategy)
-        from sqlweave.programs.retrieval import make_retriever
-
-        self._retriever = make_retriever(self.demo_strategy, self._pool)
-        return self._retriever
-
-    def schema_text(self, db: Database) -> str:
+    def schema_text(self, db: Database, tables: Iterable[str] | None = None) -> str:
+        """The schema as the prompt shows it; ``tables`` (linked) keeps only theirs."""
         if self.schema_layout == "native":
-            return native_ddl(db)
+            return native_ddl(db, tables)
         from sqlweave.schema import introspect, render_ddl
 
-        return render_ddl(introspect(db))
+        schema = introspect(db)
+        return render_ddl(schema if tables is None else schema.subset(tables=sorted(tables)))
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         stages: list[str] = []
         schema = self.schema_text(db)
 
-        found: list[Any] = []
-        if self.num_demos > 0:
-            probe = {"question": question, "db_id": db.name, "evidence": evidence}
-            if getattr(db, "path", None):
-                probe["db_path"] = str(db.path)
-            found = self.retriever().retrieve(probe, self.num_demos)
+        found = self.demo_source.retrieve(question, db, evidence)
+        if found:
             stages.append("demos")
 
         mentioned: list[tuple[str, str, str]] = []
         if self.value_hints:
             mentioned = ValueIndex.build(db).mentioned(question)
             stages.append("values")
+
+        linked = None
+        if stage_registry.name_of("linker", self.linker) != "none":
+            from sqlweave.schema import introspect
+
+            linked = self.linker(
+                question=question,
+                schema=introspect(db),
+                sql="",
+                db_schema=schema,
+                evidence=evidence,
+                dialect=db.dialect,
+                db=db,
+            ).linked
+            stages.append("linking")
+            if linked:
+                schema = self.schema_text(db, linked.all_tables)
 
         inputs = {
             "dialect": db.dialect,
@@ -186,21 +201,22 @@ class WeaveSQL(SQLProgram):
             "examples": format_examples(found),
             "value_hints": format_values(mentioned),
         }
+        candidates = self.sampler(db=db, **inputs)
         if self.samples > 1:
-            voted = self.vote(db=db, **inputs)
-            candidates = list(voted.candidates)
-            sql = voted.sql
+            picked = self.selector(
+                candidates=candidates, db=db, question=question, evidence=evidence, db_schema=schema
+            )
+            sql = picked.sql
             stages.append("vote")
         else:
-            sql, _ = predict_sql(self.generate, **inputs)
-            candidates = [sql]
+            sql = candidates[0]
             stages.append("generate")
         if not sql:
             sql = next((c for c in candidates if c), "")
 
         history: list[dict[str, Any]] = []
         if self.repair_rounds > 0 and sql:
-            fixed = self.repair(
+            fixed = self.corrector(
                 sql=sql, db=db, question=question, evidence=evidence, db_schema=schema
             )
             history = list(fixed.history)
@@ -208,13 +224,14 @@ class WeaveSQL(SQLProgram):
                 stages.append("repair")
             sql = fixed.sql
 
-        return dspy.Prediction(
-            sql=sql,
+        return stage_registry.result(
+            sql,
             stages=stages,
             candidates=candidates,
-            demos=[str(ex.get("question", "")) for ex in found],
-            value_hints=inputs["value_hints"].splitlines(),
+            linked=linked,
+            demos=found,
             history=history,
+            value_hints=inputs["value_hints"].splitlines(),
             schema=schema,
         )
 

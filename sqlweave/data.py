@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import random
-import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -410,23 +409,16 @@ def database_path(
     raise DataError(base, f"database {db_id!r} not found (tried {len(tried)} places)")
 
 
-_OPEN: dict[str, Database] = {}
-_OPEN_LOCK = threading.Lock()
-
-
 def open_database(example_or_path: Any) -> Database:
-    """An open, cached :class:`Database` for an example, db_id or path: one handle per file.
+    """An open, shared :class:`Database` for an example, db_id or path: one handle per file.
 
     Sharing the handle shares its result cache, so a gold query runs once per database however
-    many times it is scored.
+    many times it is scored. The handle comes from :func:`sqlweave.caches.open_database`, the
+    one handle cache that programs use too.
     """
-    path = str(database_path(example_or_path).resolve())
-    with _OPEN_LOCK:
-        db = _OPEN.get(path)
-        if db is None:
-            db = Database.open(path)
-            _OPEN[path] = db
-        return db
+    from sqlweave.caches import open_database as open_shared
+
+    return open_shared(database_path(example_or_path))
 
 
 # --- splits and slices ------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import types as sat
 
+from sqlweave.caches import CACHE
 from sqlweave.db import Database, ExecutionError
 
 logger = logging.getLogger(__name__)
@@ -270,6 +271,9 @@ def clear_cache() -> None:
     """Forget cached schemas (after a database file changed in place, or in tests)."""
     with _CACHE_LOCK:
         _CACHE.clear()
+
+
+CACHE.register(clear_cache)
 
 
 def _description_dir(db: Database, description_dir: str | Path | None) -> Path | None:

@@ -33,6 +33,7 @@ import bm25s
 import numpy as np
 from bm25s.stopwords import STOPWORDS_EN
 
+from sqlweave.caches import CACHE
 from sqlweave.db import Database, ExecutionError
 from sqlweave.schema import introspect, quote
 
@@ -429,6 +430,9 @@ def clear_memory_cache() -> None:
     """Forget indexes held in memory (the disk cache stays), e.g. to test disk reuse."""
     with _MEMO_LOCK:
         _MEMO.clear()
+
+
+CACHE.register(clear_memory_cache)
 
 
 def _safe_name(name: str) -> str:
