@@ -87,30 +87,40 @@ def predict_sql(predictor: dspy.Predict, *, field: str = "sql", **inputs: Any) -
     return extract_sql(raw), raw
 
 
-class Generator(dspy.Module):
-    """The generator stage: one SQL-writing call that never raises on model garbage.
+class Generator(dspy.Predict):
+    """The generator stage: a SQL-writing predictor that never raises on model garbage.
 
-    Wraps a ``dspy.Predict`` of ``signature`` (attribute ``predict``, so optimizers tune it) and
-    :func:`predict_sql`. Per-call ``demos`` (retrieved for this question) are appended to the
-    compiled ones, best last. It installs sqlweave's adapter itself, so the block sends the same
-    prompt inside a user's own DSPy module as inside a sqlweave program (a user-configured adapter
-    still wins). Returns ``Prediction(sql, raw)``.
+    A ``dspy.Predict`` of ``signature`` (so optimizers see and tune it like any predictor, under
+    the attribute name the program gives it), whose call returns ``Prediction(sql, raw)``: the
+    ``field`` output cleaned by :func:`sqlweave.sqltext.extract_sql`, and the raw text (kept on an
+    ``AdapterParseError``, see :func:`predict_sql`). Per-call ``demos`` (retrieved for this
+    question) are appended to the compiled ones, best last. It installs sqlweave's adapter itself,
+    so the block sends the same prompt inside a user's own DSPy module as inside a sqlweave
+    program (a user-configured adapter still wins).
     """
 
-    def __init__(self, signature: Any = None, field: str = "sql") -> None:
-        super().__init__()
+    def __init__(self, signature: Any = None, field: str = "sql", **config: Any) -> None:
         if signature is None:
             from sqlweave.signatures import GenerateSQL
 
             signature = GenerateSQL
-        self.predict = dspy.Predict(signature)
+        super().__init__(signature, **config)
         self.field = field
 
-    def forward(self, demos: Any = (), **inputs: Any) -> dspy.Prediction:
-        from sqlweave.adapter import use_default_adapter
+    def forward(self, **kwargs: Any) -> dspy.Prediction:
+        from dspy.utils.exceptions import AdapterParseError
 
+        from sqlweave.adapter import use_default_adapter
+        from sqlweave.sqltext import extract_sql
+
+        extra = kwargs.pop("demos", None)
+        if extra:
+            kwargs["demos"] = [*self.demos, *extra]
         with use_default_adapter():
-            sql, raw = predict_sql(
-                self.predict, field=self.field, demos=[*self.predict.demos, *demos], **inputs
-            )
-        return dspy.Prediction(sql=sql, raw=raw)
+            try:
+                out = super().forward(**kwargs)
+                raw = str(getattr(out, self.field, "") or "")
+            except AdapterParseError as err:
+                raw = err.lm_response or ""
+                logger.debug("unparsed LM output kept as raw text: %s", raw[:200])
+        return dspy.Prediction(sql=extract_sql(raw), raw=raw)

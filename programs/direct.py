@@ -1,6 +1,12 @@
 """The zero-shot baseline: the full schema as CREATE TABLE statements, the question, one LM call.
 
 Every experiment reports this line first; a pipeline that cannot beat it has not earned its calls.
+
+With its defaults ``direct`` is one generator call. Its other switches make it the smallest
+pipeline the stages can build (:mod:`sqlweave.programs.stages`), which is what the switch search
+(``sqlweave compile --optimizer search``) explores: a ``linker`` that prunes the schema,
+``samples`` candidates (the first greedy, the others at ``temperature``) chosen by a ``selector``,
+and a ``corrector`` on the answer.
 """
 
 from __future__ import annotations
@@ -8,7 +14,9 @@ from __future__ import annotations
 import dspy
 
 from sqlweave.db import Database
-from sqlweave.programs.base import SQLProgram, predict_sql
+from sqlweave.programs import stages as stage_registry
+from sqlweave.programs.base import Generator, SQLProgram
+from sqlweave.programs.voting import Sampler
 from sqlweave.schema import introspect, render_ddl
 from sqlweave.signatures import GenerateSQL
 
@@ -18,34 +26,107 @@ class DirectSQL(SQLProgram):
 
     ``schema_layout``: ``native`` (the database's own CREATE TABLE statements; chosen on the
     ``spider-train-val`` slice, see README), ``compact`` or ``pretty`` (sqlweave's renderings).
+    ``linker`` (default ``none``), ``samples`` / ``temperature`` / ``selector`` (default one
+    greedy call; the selector is used only with ``samples > 1``) and ``corrector`` (default
+    ``none``; ``execution`` fixes SQL that fails or returns nothing, one round) are stages of
+    :mod:`sqlweave.programs.stages`, by name or instance.
     """
 
     name = "direct"
     ABLATIONS = {"full": {}, "compact_schema": {"schema_layout": "compact"}}
     SCHEMA_LAYOUTS = ("native", "compact", "pretty")
 
-    def __init__(self, schema_layout: str = "native") -> None:
+    def __init__(
+        self,
+        schema_layout: str = "native",
+        linker: str | dspy.Module = "none",
+        samples: int = 1,
+        temperature: float = 0.7,
+        selector: str | dspy.Module = "vote",
+        corrector: str | dspy.Module = "none",
+    ) -> None:
         if schema_layout not in self.SCHEMA_LAYOUTS:
             raise ValueError(
                 f"unknown schema_layout {schema_layout!r}; "
                 f"choose one of {', '.join(self.SCHEMA_LAYOUTS)}"
             )
-        super().__init__(schema_layout=schema_layout)
+        if not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+        super().__init__(
+            schema_layout=schema_layout,
+            linker=stage_registry.name_of("linker", linker),
+            samples=samples,
+            temperature=temperature,
+            selector=stage_registry.name_of("selector", selector),
+            corrector=stage_registry.name_of("corrector", corrector),
+        )
         self.schema_layout = schema_layout
-        self.generate = dspy.Predict(GenerateSQL)
+        self.samples = samples
+        self.generate = Generator(GenerateSQL)
+        self.sampler = Sampler(self.generate, n=samples, temperature=float(temperature))
+        self.linker = stage_registry.build("linker", linker)
+        self.selector = stage_registry.build("selector", selector)
+        options = {"max_rounds": 1, "retry_on_empty": True}
+        self.corrector = stage_registry.build(
+            "corrector", corrector, **(options if corrector == "execution" else {})
+        )
 
-    def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
+    def schema_text(self, db: Database, tables: set[str] | None = None) -> str:
+        """The schema as the prompt shows it; ``tables`` (linked) keeps only theirs."""
         if self.schema_layout == "native":
             from sqlweave.programs.naive import native_ddl
 
-            schema_text = native_ddl(db)
-        else:
-            schema_text = render_ddl(introspect(db), layout=self.schema_layout)
-        sql, raw = predict_sql(
-            self.generate,
-            dialect=db.dialect,
-            db_schema=schema_text,
-            question=question,
-            evidence=evidence,
+            return native_ddl(db, tables)
+        schema = introspect(db)
+        if tables is not None:
+            schema = schema.subset(tables=sorted(tables))
+        return render_ddl(schema, layout=self.schema_layout)
+
+    def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
+        stages: list[str] = []
+        schema_text = self.schema_text(db)
+        linked = None
+        if stage_registry.name_of("linker", self.linker) != "none":
+            linked = self.linker(
+                question=question,
+                schema=introspect(db),
+                sql="",
+                db_schema=schema_text,
+                evidence=evidence,
+                dialect=db.dialect,
+                db=db,
+            ).linked
+            stages.append("linking")
+            if linked:
+                schema_text = self.schema_text(db, linked.all_tables)
+        inputs = {
+            "dialect": db.dialect,
+            "db_schema": schema_text,
+            "question": question,
+            "evidence": evidence,
+        }
+        candidates = self.sampler(db=db, **inputs)
+        stages.append("generate")
+        sql = candidates[0]
+        if self.samples > 1:
+            sql = self.selector(
+                candidates=candidates,
+                db=db,
+                question=question,
+                evidence=evidence,
+                db_schema=schema_text,
+            ).sql
+            stages.append("select")
+        fixed = self.corrector(
+            sql=sql, db=db, question=question, evidence=evidence, db_schema=schema_text
         )
-        return dspy.Prediction(sql=sql, raw=raw, schema=schema_text)
+        if fixed.sql != sql or fixed.rounds:
+            stages.append("correct")
+        return stage_registry.result(
+            fixed.sql,
+            stages=stages,
+            candidates=candidates,
+            linked=linked,
+            history=fixed.history,
+            schema=schema_text,
+        )

@@ -10,6 +10,7 @@ import pytest
 from dspy.utils import DummyLM
 
 import sqlweave
+from sqlweave import programs
 from sqlweave.data import load_spider
 from sqlweave.optimizers import ArtifactError, load_program
 from sqlweave.optimizers.artifact import FORMAT_VERSION
@@ -41,7 +42,9 @@ def test_artifact_records_provenance(saved: Path, train: list[dspy.Example]) -> 
     assert payload["format"] == "sqlweave-program" and payload["format_version"] == FORMAT_VERSION
     assert payload["versions"] == {"sqlweave": sqlweave.__version__, "dspy": dspy.__version__}
     meta = payload["meta"]
-    assert meta["program"] == "direct" and meta["switches"] == {"schema_layout": "native"}
+    assert meta["program"] == "direct"
+    assert meta["switches"] == programs.get("direct").switches  # every switch, defaults included
+    assert meta["switches"]["schema_layout"] == "native" and meta["switches"]["linker"] == "none"
     assert meta["optimizer"] == "bootstrap" and meta["budget"] == 10
     assert meta["lm"] == "dummy"
     assert meta["val_ex"] == 1.0 and meta["n_train"] == 4 and meta["n_val"] == 2

@@ -92,3 +92,41 @@ def test_bad_artifacts_give_clear_errors(tmp_path: Path, content: str, message: 
 def test_missing_artifact(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match="not found"):
         load_program(tmp_path / "absent.json")
+
+
+def test_direct_samples_vote_and_correct_as_stages(db: Database) -> None:
+    answers = [
+        {"sql": "SELECT count(*) FROM singers"},  # greedy: fails
+        {"sql": "SELECT count(*) FROM singer"},
+        {"sql": "SELECT COUNT(*) FROM singer"},
+    ]
+    with dspy.context(lm=DummyLM(answers)):
+        pred = programs.get("direct", samples=3, corrector="execution")(
+            question="How many singers are there?", db=db
+        )
+    assert pred.sql == "SELECT count(*) FROM singer"  # the two that run agree
+    assert pred.candidates == [a["sql"] for a in answers]
+    assert pred.stages == ["generate", "select"] and pred.history
+
+
+@pytest.mark.parametrize("linker", ["tables", "columns", "values", "forward", "bidirectional"])
+def test_direct_with_a_linker_prunes_the_schema(db: Database, linker: str) -> None:
+    answers = [{"sql": "SELECT Name FROM singer"}]
+    if linker in ("forward", "bidirectional"):
+        answers.insert(0, {"columns": '["singer.Name"]'})
+    with dspy.context(lm=DummyLM(answers)):
+        pred = programs.get("direct", linker=linker)(
+            question="Names of singers from France?", db=db
+        )
+    assert pred.stages[0] == "linking" and pred.sql == "SELECT Name FROM singer"
+    if linker in ("forward", "bidirectional", "values"):
+        assert "singer" in " ".join(pred.linked)
+        assert 'CREATE TABLE "stadium"' not in pred.schema  # pruned to the linked tables
+    assert programs.get("direct", linker=linker).switches["linker"] == linker
+
+
+def test_direct_rejects_bad_stage_switches() -> None:
+    with pytest.raises(ValueError, match="unknown corrector"):
+        programs.get("direct", corrector="magic")
+    with pytest.raises(ValueError, match="samples"):
+        programs.get("direct", samples=0)
