@@ -59,7 +59,12 @@ def _setup_logging(verbose: bool) -> None:
     )
 
 
-def _configure_lm(model: str, api_base: str | None, n_threads: int | None = None) -> Any:
+def _configure_lm(
+    model: str,
+    api_base: str | None,
+    n_threads: int | None = None,
+    prompt_lookup: int | None = None,
+) -> Any:
     from sqlweave.lm import configure
 
     options: dict[str, Any] = {}
@@ -70,6 +75,11 @@ def _configure_lm(model: str, api_base: str | None, n_threads: int | None = None
             _fail(f"--n-threads must be at least 1, not {n_threads}")
         if model.startswith(("local:", "gguf:")):
             options["n_threads"] = n_threads
+    if prompt_lookup is not None:
+        if prompt_lookup < 0:
+            _fail(f"--prompt-lookup must be 0 (off) or more draft tokens, not {prompt_lookup}")
+        if model.startswith(("local:", "gguf:")):
+            options["prompt_lookup"] = prompt_lookup
     try:
         return configure(model, **options)
     except Exception as err:  # weights missing, server unreachable: say so and stop
@@ -423,6 +433,15 @@ def evaluate(
             "else all cores but one)",
         ),
     ] = None,
+    prompt_lookup: Annotated[
+        int | None,
+        typer.Option(
+            "--prompt-lookup",
+            help="draft tokens of prompt-lookup decoding for a local model, copied from the "
+            "prompt and kept only where greedy decoding agrees (default: "
+            "$SQLWEAVE_PROMPT_LOOKUP, else 0 = off)",
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
@@ -462,7 +481,7 @@ def evaluate(
     identity = _run_identity(program, prog, model, api_base)
     out = out or Path("runs") / f"{_run_stem(program, prog, name)}-{tag}-{_model_tag(model)}.jsonl"
     _check_writable(out, "--out")
-    _configure_lm(model, api_base, n_threads)
+    _configure_lm(model, api_base, n_threads, prompt_lookup)
     try:
         summary = run_eval(
             prog.program,

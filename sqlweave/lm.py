@@ -15,22 +15,31 @@ built on it; a lock serialises calls on it because DSPy evaluates with threads a
 context is single-threaded state. Calls on one instance reuse the KV cache for the longest
 common token prefix with the previous call, which is what makes many questions over one
 schema-heavy prompt cheap.
+
+Two decoding aids live in the loaded model (:class:`PromptStates` and prompt-lookup decoding, see
+:func:`_llama_class`): a sampled prompt's KV state is kept, so the n samples of one prompt
+evaluate it once even when other calls come between them; and with ``prompt_lookup=K`` each
+decode step proposes K tokens copied from the prompt (table, column and value names) and keeps
+those the model itself would have chosen, so greedy output is unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import dspy
+import numpy as np
 from dspy.lm15 import Message, Request, Response, TextPart, response_to_events
 from dspy.lm15 import Usage as TokenUsage
 from dspy.utils.callback import BaseCallback
@@ -96,6 +105,259 @@ class LMSpec:
 # llama.cpp engine
 
 
+DEFAULT_PROMPT_CACHE_BYTES = 256 * 2**20
+"""RAM for KV snapshots of sampled prompts: a handful of schema-sized prompts (about 28 KB per
+token for the 1.5B model)."""
+
+RESTORE_MIN_GAIN = 16
+"""A snapshot is restored only when it covers this many more prompt tokens than the live KV
+cache: copying a state back costs about as much as evaluating a few tokens."""
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    m = min(len(a), len(b))
+    if not m:
+        return 0
+    differ = np.flatnonzero(np.asarray(a[:m]) != np.asarray(b[:m]))
+    return int(differ[0]) if differ.size else m
+
+
+@dataclass
+class PromptState:
+    """The llama.cpp context state right after ``tokens`` were evaluated (``nbytes`` of
+    ``state``)."""
+
+    tokens: Any
+    state: Any
+    nbytes: int
+
+
+class PromptStates:
+    """KV snapshots of evaluated prompts, the least recently used dropped first past
+    ``capacity_bytes``.
+
+    llama.cpp reuses only the previous call's KV cache, so a call in between (another question
+    on an evaluation thread, a second stage of a multi-call program) makes the next sample of a
+    prompt evaluate it again. A snapshot taken right after the prompt was evaluated is restored
+    instead. Not thread-safe: it lives in one loaded model, used under that model's lock.
+    """
+
+    def __init__(self, capacity_bytes: int = 0) -> None:
+        self.capacity_bytes = capacity_bytes
+        self._states: OrderedDict[bytes, PromptState] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by every snapshot."""
+        return sum(state.nbytes for state in self._states.values())
+
+    @staticmethod
+    def _key(tokens: Sequence[int]) -> bytes:
+        return np.asarray(tokens, dtype=np.int64).tobytes()
+
+    def holds(self, tokens: Sequence[int]) -> bool:
+        """Whether a snapshot of exactly ``tokens`` is kept."""
+        return self._key(tokens) in self._states
+
+    def best(self, tokens: Sequence[int]) -> tuple[PromptState | None, int]:
+        """The snapshot sharing the longest prefix with ``tokens``, and that prefix's length."""
+        best: PromptState | None = None
+        shared = 0
+        for state in self._states.values():
+            length = common_prefix(state.tokens, tokens)
+            if length > shared:
+                best, shared = state, length
+        if best is not None:
+            self._states.move_to_end(self._key(best.tokens))
+        return best, shared
+
+    def add(self, tokens: Sequence[int], state: Any, nbytes: int) -> bool:
+        """Keep a snapshot (dropping the oldest to make room); False when it cannot fit."""
+        if nbytes > self.capacity_bytes:
+            return False
+        key = self._key(tokens)
+        self._states.pop(key, None)
+        self._states[key] = PromptState(np.array(tokens, dtype=np.intc), state, nbytes)
+        self.shrink()
+        return True
+
+    def shrink(self) -> None:
+        """Drop the oldest snapshots until the rest fit ``capacity_bytes``."""
+        while self._states and self.nbytes > self.capacity_bytes:
+            self._states.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget every snapshot."""
+        self._states.clear()
+
+
+@dataclass
+class CallStats:
+    """What one completion cost, counted by the loaded model itself.
+
+    llama.cpp's own counters file every multi-token batch as prompt processing, so the
+    verification batches of prompt-lookup decoding would count as prompt; these do not.
+    ``prompt_eval_tokens`` are the prompt tokens evaluated (not taken from the KV cache or a
+    snapshot; a fully cached prompt still replays its last token), ``eval_tokens`` the tokens
+    fed to decode steps (each step's sampled token plus its draft), ``draft_tokens`` the
+    drafted ones, ``restored_tokens`` the prompt tokens a snapshot brought back.
+    """
+
+    prompt_eval_tokens: int = 0
+    prompt_eval_ms: float = 0.0
+    eval_tokens: int = 0
+    eval_ms: float = 0.0
+    decode_steps: int = 0
+    draft_tokens: int = 0
+    restored_tokens: int = 0
+    snapshot_ms: float = 0.0
+
+
+class _DecodingLlama:
+    """Mixed into ``llama_cpp.Llama`` by :func:`_llama_class`: prompt snapshots, prompt-lookup
+    verification without full-context logits, and per-call counters.
+
+    It hooks ``Llama.generate`` (restore the best snapshot before the prefix match, mark the
+    first ``eval`` as the prompt's) and ``Llama.eval`` (count, snapshot after the prompt,
+    verify drafts). The rest is upstream's own decoding loop, so sampling, stops and greedy
+    output are those of ``llama_cpp``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.prompt_states = PromptStates()
+        self.call_stats = CallStats()
+        self._keep_prompt = False
+        self._in_prompt = False
+
+    def begin_call(self, *, lookup_tokens: int, keep_prompt: bool, prompt_cache_bytes: int) -> None:
+        """Settings for the next completion (the model is shared; every call sets its own)."""
+        self.draft_model = _lookup_draft(lookup_tokens) if lookup_tokens > 0 else None
+        self.prompt_states.capacity_bytes = max(0, prompt_cache_bytes)
+        self.prompt_states.shrink()
+        self._keep_prompt = keep_prompt and prompt_cache_bytes > 0
+        self._in_prompt = False
+        self.call_stats = CallStats()
+
+    def generate(self, tokens: Sequence[int], *args: Any, **kwargs: Any) -> Any:
+        tokens = list(tokens)
+        self._restore_prompt(tokens)
+        self._in_prompt = True
+        return super().generate(tokens, *args, **kwargs)
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        stats = self.call_stats
+        started = time.perf_counter()
+        if self._in_prompt:
+            # The first eval of a completion is its prompt (or the part the cache lacks).
+            self._in_prompt = False
+            super().eval(tokens)
+            stats.prompt_eval_tokens += len(tokens)
+            stats.prompt_eval_ms += (time.perf_counter() - started) * 1000
+            if self._keep_prompt:
+                self._snapshot_prompt()
+            return
+        if self.draft_model is not None and len(tokens) > 1:
+            self._eval_all_logits(tokens)
+        else:
+            super().eval(tokens)
+        stats.decode_steps += 1
+        stats.eval_tokens += len(tokens)
+        stats.draft_tokens += len(tokens) - 1
+        stats.eval_ms += (time.perf_counter() - started) * 1000
+
+    def _eval_all_logits(self, tokens: Sequence[int]) -> None:
+        """Evaluate a sampled token and its draft with logits at every position, so the
+        sampler can check each drafted token against the model's own choice.
+
+        Upstream does this by building the whole model with ``logits_all=True``, which also
+        computes the output layer for every prompt token and copies each position's logits
+        into an ``n_ctx x n_vocab`` array (about 5 GB at 8k context for Qwen's vocabulary), or
+        fails past ``n_batch`` positions when that array was sized without it. Only these
+        short batches need the logits, and nothing reads the copy, so neither happens here.
+        A draft is shorter than ``n_batch`` (the engine caps it), so one decode holds them all.
+        """
+        self._ctx.kv_cache_seq_rm(-1, self.n_tokens, -1)
+        for start in range(0, len(tokens), self.n_batch):
+            batch = list(tokens[start : start + self.n_batch])
+            self._batch.set_batch(batch=batch, n_past=self.n_tokens, logits_all=True)
+            self._ctx.decode(self._batch)
+            self.input_ids[self.n_tokens : self.n_tokens + len(batch)] = batch
+            self.n_tokens += len(batch)
+        self._requires_eval = False
+
+    def _snapshot_prompt(self) -> None:
+        tokens = self.input_ids[: self.n_tokens]
+        if not len(tokens) or self.prompt_states.holds(tokens):
+            return
+        started = time.perf_counter()
+        saved = self._save_state()
+        if saved is not None:
+            self.prompt_states.add(tokens, *saved)
+        self.call_stats.snapshot_ms += (time.perf_counter() - started) * 1000
+
+    def _restore_prompt(self, tokens: list[int]) -> None:
+        if not len(self.prompt_states):
+            return
+        state, shared = self.prompt_states.best(tokens)
+        live = common_prefix(self.input_ids[: self.n_tokens], tokens)
+        if state is None or shared < live + RESTORE_MIN_GAIN:
+            return
+        started = time.perf_counter()
+        self._load_state(state.state, state.nbytes)
+        count = len(state.tokens)
+        self.input_ids[:count] = state.tokens
+        self.n_tokens = count
+        # As upstream after load_state: replay the last shared token before sampling.
+        self._requires_eval = True
+        self.call_stats.restored_tokens = shared
+        self.call_stats.snapshot_ms += (time.perf_counter() - started) * 1000
+
+    # The llama.cpp state calls; tests replace these two.
+    def _save_state(self) -> tuple[Any, int] | None:
+        """The context's state (KV cache and last logits) as ``(buffer, nbytes)``, or None
+        when it does not fit the snapshot budget."""
+        import llama_cpp
+
+        size = int(llama_cpp.llama_state_get_size(self._ctx.ctx))
+        if size > self.prompt_states.capacity_bytes:
+            return None
+        buffer = (ctypes.c_uint8 * size)()
+        nbytes = int(llama_cpp.llama_state_get_data(self._ctx.ctx, buffer, size))
+        if nbytes > size:
+            raise RuntimeError("llama.cpp wrote more state than it announced")
+        return buffer, nbytes
+
+    def _load_state(self, buffer: Any, nbytes: int) -> None:
+        import llama_cpp
+
+        if int(llama_cpp.llama_state_set_data(self._ctx.ctx, buffer, nbytes)) != nbytes:
+            raise RuntimeError("llama.cpp could not restore a prompt snapshot")
+
+
+def _lookup_draft(tokens: int) -> Any:
+    """llama-cpp-python's prompt-lookup drafter proposing up to ``tokens`` tokens a step."""
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    return LlamaPromptLookupDecoding(num_pred_tokens=tokens)
+
+
+_LLAMA_CLASSES: dict[type, type] = {}
+
+
+def _llama_class(base: type) -> type:
+    """``base`` (``llama_cpp.Llama``) with :class:`_DecodingLlama` mixed in, built once."""
+    cls = _LLAMA_CLASSES.get(base)
+    if cls is None:
+        cls = type("SqlweaveLlama", (_DecodingLlama, base), {"__module__": __name__})
+        _LLAMA_CLASSES[base] = cls
+    return cls
+
+
 @dataclass
 class _Loaded:
     llama: Any
@@ -121,7 +383,7 @@ def _load_llama(
                     "local models need llama-cpp-python: pip install 'sqlweave[local]'"
                 ) from exc
             started = time.perf_counter()
-            llama = Llama(
+            llama = _llama_class(Llama)(
                 model_path=str(path),
                 n_ctx=n_ctx,
                 n_batch=n_batch,
@@ -153,7 +415,11 @@ def unload_all() -> None:
 
 
 def _perf(llama: Any) -> dict[str, float]:
-    """llama.cpp's own prompt/decode counters for the last call (reset before each call)."""
+    """Prompt/decode counters of the last call: the model's own :class:`CallStats` when it was
+    built by :func:`_load_llama`, else llama.cpp's counters (reset before each call)."""
+    stats = getattr(llama, "call_stats", None)
+    if isinstance(stats, CallStats):
+        return asdict(stats)
     import llama_cpp
 
     data = llama_cpp.llama_perf_context(llama._ctx.ctx)
@@ -292,6 +558,33 @@ def default_threads() -> int:
     return max(1, (os.cpu_count() or 1) - 1)
 
 
+LOOKUP_ENV = "SQLWEAVE_PROMPT_LOOKUP"
+
+
+def _check_lookup(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise LMSpecError(f"{where} must be a number of draft tokens (0 = off), not {value!r}")
+    return value
+
+
+def default_prompt_lookup() -> int:
+    """Draft tokens of prompt-lookup decoding when none are given: ``$SQLWEAVE_PROMPT_LOOKUP``
+    (read at call time), else 0 (off).
+
+    Off by default until ``experiments/bench_lm.py`` shows it pays on the default model: each
+    decode step then evaluates the draft too, which on a CPU costs more than one token unless
+    most drafted tokens are kept.
+    """
+    raw = os.environ.get(LOOKUP_ENV, "").strip()
+    if not raw:
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        raise LMSpecError(f"{LOOKUP_ENV} must be a number of draft tokens, not {raw!r}") from None
+    return _check_lookup(value, LOOKUP_ENV)
+
+
 class LlamaCppEngine:
     """DSPy 3.4 custom engine running a GGUF model in-process with llama-cpp-python.
 
@@ -309,29 +602,54 @@ class LlamaCppEngine:
         n_batch: int = 512,
         n_threads: int | None = None,
         ram_cache_bytes: int = 0,
+        prompt_lookup: int | None = None,
+        prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
         cache_dir: str | None = None,
         auto_fetch: bool = True,
     ) -> None:
         parsed = LMSpec.parse(spec)
         if not parsed.is_local:
             raise LMSpecError(f"{spec!r} is not a local model spec (local:NAME or gguf:PATH)")
+        if prompt_lookup is not None:
+            _check_lookup(prompt_lookup, "prompt_lookup")
+        if (
+            isinstance(prompt_cache_bytes, bool)
+            or not isinstance(prompt_cache_bytes, int)
+            or prompt_cache_bytes < 0
+        ):
+            raise LMSpecError(
+                f"prompt_cache_bytes must be a number of bytes (0 = none), not {prompt_cache_bytes!r}"
+            )
         self.spec = str(parsed)
         self.n_ctx = n_ctx
         self.n_batch = n_batch
         self.n_threads = n_threads
         self.ram_cache_bytes = ram_cache_bytes
+        self.prompt_lookup = prompt_lookup
+        self.prompt_cache_bytes = prompt_cache_bytes
         self.cache_dir = cache_dir
         self.auto_fetch = auto_fetch
         self._path: Path | None = None
 
     def __repr__(self) -> str:
-        return f"LlamaCppEngine({self.spec!r}, n_ctx={self.n_ctx}, n_threads={self.threads})"
+        return (
+            f"LlamaCppEngine({self.spec!r}, n_ctx={self.n_ctx}, n_threads={self.threads}, "
+            f"prompt_lookup={self.lookup_tokens})"
+        )
 
     @property
     def threads(self) -> int:
         """Threads for prompt processing and decoding: ``n_threads``, else
         :func:`default_threads` (``SQLWEAVE_N_THREADS`` or one core left free)."""
         return self.n_threads or default_threads()
+
+    @property
+    def lookup_tokens(self) -> int:
+        """Draft tokens of prompt-lookup decoding (0 = off): ``prompt_lookup``, else
+        :func:`default_prompt_lookup`; at most ``n_batch - 1``, so a draft is verified in one
+        batch."""
+        tokens = default_prompt_lookup() if self.prompt_lookup is None else self.prompt_lookup
+        return min(tokens, max(0, self.n_batch - 1))
 
     def model_path(self) -> Path:
         """The GGUF file behind the spec, fetching a registry model on first use."""
@@ -358,7 +676,13 @@ class LlamaCppEngine:
         )
 
     def complete(self, request: Request) -> Response:
-        """Run one chat completion; DSPy loops for ``n`` and owns caching and retries."""
+        """Run one chat completion; DSPy loops for ``n`` and owns caching and retries.
+
+        The ``n`` calls of one prompt evaluate it once: each later call finds the prompt in the
+        KV cache (llama.cpp keeps the longest common prefix with the previous call and replays
+        only the last prompt token), or, when other calls came between, in the snapshot kept
+        for a sampled (temperature > 0) call.
+        """
         from dspy.clients.engines.base import validate_request
 
         validate_request(request)
@@ -366,10 +690,20 @@ class LlamaCppEngine:
             raise ValueError("the local engine does not support tools")
         messages = request_to_messages(request)
         options = _sampling(request)
+        lookup = self.lookup_tokens
         loaded = self._loaded()
         with loaded.lock:
             started = time.perf_counter()
             _reset_perf(loaded.llama)
+            begin = getattr(loaded.llama, "begin_call", None)
+            if begin is not None:  # a model built by _load_llama (test doubles may lack it)
+                # A sampled call is usually one of several on this prompt (self-consistency,
+                # n > 1): keep its evaluated prompt so the next sample restores it.
+                begin(
+                    lookup_tokens=lookup,
+                    keep_prompt=options["temperature"] > 0,
+                    prompt_cache_bytes=self.prompt_cache_bytes,
+                )
             if messages and messages[-1]["role"] == "assistant":
                 raw = _continue_assistant(loaded.llama, messages, options)
             else:
@@ -392,7 +726,12 @@ class LlamaCppEngine:
                 output_tokens=int(usage.get("completion_tokens", 0)),
                 cache_read_tokens=reused,
             ),
-            provider_data={"seconds": seconds, "reused_prompt_tokens": reused, **perf},
+            provider_data={
+                "seconds": seconds,
+                "reused_prompt_tokens": reused,
+                "prompt_lookup": lookup,
+                **perf,
+            },
         )
 
     def stream(self, request: Request) -> Iterator[Any]:
@@ -410,6 +749,8 @@ class LlamaCppEngine:
             "n_batch": self.n_batch,
             "n_threads": self.n_threads,
             "ram_cache_bytes": self.ram_cache_bytes,
+            "prompt_lookup": self.prompt_lookup,
+            "prompt_cache_bytes": self.prompt_cache_bytes,
             "cache_dir": self.cache_dir,
             "auto_fetch": self.auto_fetch,
         }
@@ -452,7 +793,16 @@ class AsyncLlamaCppEngine:
 # ---------------------------------------------------------------------------------------------
 # building and configuring LMs
 
-_ENGINE_OPTIONS = ("n_ctx", "n_batch", "n_threads", "ram_cache_bytes", "cache_dir", "auto_fetch")
+_ENGINE_OPTIONS = (
+    "n_ctx",
+    "n_batch",
+    "n_threads",
+    "ram_cache_bytes",
+    "prompt_lookup",
+    "prompt_cache_bytes",
+    "cache_dir",
+    "auto_fetch",
+)
 
 
 def build_lm(
@@ -467,7 +817,9 @@ def build_lm(
     """A ``dspy.LM`` for ``spec`` without touching DSPy's global configuration.
 
     Local specs accept the engine options ``n_ctx``, ``n_batch``, ``n_threads``,
-    ``ram_cache_bytes``, ``cache_dir`` and ``auto_fetch``; with ``prefetch`` the weights are
+    ``ram_cache_bytes``, ``prompt_lookup`` (draft tokens of prompt-lookup decoding, default
+    ``$SQLWEAVE_PROMPT_LOOKUP`` else off), ``prompt_cache_bytes`` (KV snapshots of sampled
+    prompts; 0 = none), ``cache_dir`` and ``auto_fetch``; with ``prefetch`` the weights are
     resolved (and fetched) now, so a missing model fails here with a clear message instead of
     inside the first call. Other specs pass ``options`` (``api_base``, ``api_key``, ...) to
     ``dspy.LM``. ``temperature=0`` keeps calls deterministic, which is what makes DSPy's
