@@ -5,6 +5,12 @@ a JSONL file at once (flushed and fsynced), and a rerun with the same file skips
 prediction can fail in any way (the program raises, returns no SQL, the SQL errors or times out)
 and is then recorded as a miss with its error text; only a gold query that cannot run stops the
 run (:class:`~sqlweave.metrics.GoldQueryError`), since every later score would be meaningless.
+
+Questions are visited grouped by database (:func:`visit_order`): a local model keeps the KV cache
+of the longest prompt prefix it shares with the previous call, and prompts start with the schema,
+so consecutive questions on one database evaluate only their own tail. The file is put back in
+example order when the run completes; until then it holds records in the order they finished,
+which resuming does not mind.
 """
 
 from __future__ import annotations
@@ -152,6 +158,31 @@ def _write_identity(out: Path, identity: dict[str, Any] | None) -> None:
     os.replace(tmp, path)
 
 
+def visit_order(examples: Sequence[Any]) -> list[int]:
+    """Indices of ``examples`` grouped by database: databases in the order of their first
+    question, each database's questions in their own order.
+
+    A database is its ``db_path`` when the example has one (two benchmarks may reuse a
+    ``db_id``), else its ``db_id``.
+    """
+    groups: dict[str, list[int]] = {}
+    for i, example in enumerate(examples):
+        key = getattr(example, "db_path", None) or getattr(example, "db_id", None) or ""
+        groups.setdefault(str(key), []).append(i)
+    return [i for members in groups.values() for i in members]
+
+
+def _rewrite(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    """Replace ``path`` with ``records`` as JSONL, atomically (a crash leaves the old file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
 def _call_kwargs(program: Any, example: Any) -> dict[str, Any]:
     """The example's inputs (plus ``db_path``), narrowed to what ``program`` accepts."""
     kwargs = example.inputs().toDict() if hasattr(example, "inputs") else dict(example)
@@ -290,6 +321,7 @@ def evaluate(
     usage_tracker: UsageTracker | None | str = _AUTO,
     strict_gold: bool = False,
     identity: dict[str, Any] | None = None,
+    group_by_db: bool = True,
 ) -> dict[str, Any]:
     """Run ``program`` on every example and score it by execution match.
 
@@ -307,6 +339,11 @@ def evaluate(
     resume under another identity raises ``ValueError`` instead of mixing two runs' records. A
     file written without identity resumes as before, with a warning.
 
+    With ``group_by_db`` the questions are visited database by database (:func:`visit_order`),
+    so a local model keeps each schema in its KV cache; the records reach ``out_path`` in the
+    order they finish, and the file is rewritten in example order (records of other questions
+    it held kept after them) once every question is done.
+
     Returns ``{"ex", "interval", "n", "errors", "by_difficulty": {level: {"ex", "n", "interval"}},
     "usage",
     "usage_total", "records"}`` with records in example order. Prints nothing.
@@ -322,6 +359,7 @@ def evaluate(
         )
 
     done: dict[str, dict[str, Any]] = {}
+    in_file: list[str] = []  # question ids in the order their records stand in the file
     out = Path(out_path) if out_path is not None else None
     if out is not None:
         if out.exists() and not out.is_file():
@@ -338,6 +376,8 @@ def evaluate(
                         f"{out}: record {qid} has another gold query than the example; "
                         "this file belongs to a different dataset (use another out_path)"
                     )
+                if qid not in done:
+                    in_file.append(qid)
                 done[qid] = record
             if done:
                 logger.info(
@@ -346,7 +386,8 @@ def evaluate(
         elif out.exists():
             out.write_text("")
         _write_identity(out, identity)
-    todo = [ex for ex, qid in zip(examples, ids, strict=True) if qid not in done]
+    order = visit_order(examples) if group_by_db else range(len(examples))
+    todo = [examples[i] for i in order if ids[i] not in done]
 
     lock = threading.Lock()
     bar = tqdm(
@@ -362,6 +403,7 @@ def evaluate(
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
                 handle.flush()
                 os.fsync(handle.fileno())
+                in_file.append(record["question_id"])
             bar.update(1)
 
     try:
@@ -376,6 +418,11 @@ def evaluate(
         bar.close()
         if handle is not None:
             handle.close()
+    if out is not None:
+        wanted_ids = set(ids)
+        ordered = [*ids, *(qid for qid in in_file if qid not in wanted_ids)]
+        if in_file != ordered:
+            _rewrite(out, (done[qid] for qid in ordered))
     return summarize([done[qid] for qid in ids])
 
 

@@ -380,3 +380,114 @@ def test_ctrl_c_stops_a_threaded_evaluation(examples, tmp_path):
     # The in-flight calls (1.5 s each) finish; the ~40 queued questions (~8 s more) do not run.
     assert waited < 6, waited
     assert len(read_records(out)) < len(many) - 8
+
+
+# --------------------------------------------------------------------------- visit order (issue 15)
+
+
+class Visiting(Counting):
+    """Counting that logs the questions in the order it is asked them, and can be stopped."""
+
+    def __init__(self, lookup, stop_after=None):
+        super().__init__(lookup)
+        self.seen, self.stop_after = [], stop_after
+
+    def __call__(self, question, db_id, evidence, db_path):
+        if self.stop_after is not None and len(self.seen) == self.stop_after:
+            raise KeyboardInterrupt  # Ctrl-C between two questions
+        self.seen.append(question)
+        return super().__call__(question, db_id, evidence, db_path)
+
+
+def _file_ids(path):
+    return [json.loads(line)["question_id"] for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def mixed(examples):
+    """The slice twice over (new ids): every database comes back after the others."""
+    return [ex.copy(question_id=f"{ex.question_id}-{k}") for k in range(2) for ex in examples]
+
+
+def test_visit_order_groups_questions_by_database():
+    from types import SimpleNamespace
+
+    from sqlweave.evaluate import visit_order
+
+    exs = [SimpleNamespace(db_id=db, db_path=f"/d/{db}.sqlite") for db in "abacbd"]
+    assert visit_order(exs) == [0, 2, 1, 4, 3, 5]
+    # Two benchmarks may share a db_id: the path tells their schemas apart.
+    twins = [SimpleNamespace(db_id="x", db_path=p) for p in ("/s/x", "/b/x", "/s/x")]
+    assert visit_order(twins) == [0, 2, 1]
+    assert visit_order([SimpleNamespace(db_id=d) for d in "zyz"]) == [0, 2, 1]
+    assert visit_order([]) == []
+
+
+def test_questions_are_visited_by_database_and_written_in_example_order(mixed, lookup, tmp_path):
+    from sqlweave.evaluate import visit_order
+
+    order = visit_order(mixed)
+    assert order != list(range(len(mixed)))  # the slice interleaves databases
+    out = tmp_path / "r.jsonl"
+    program = Visiting(lookup)
+    summary = evaluate(program, mixed, out_path=out, progress=False, usage_tracker=None)
+    assert program.seen == [mixed[i].question for i in order]
+    visited_dbs = [mixed[i].db_id for i in order]
+    runs = [db for i, db in enumerate(visited_dbs) if i == 0 or db != visited_dbs[i - 1]]
+    assert len(runs) == len(set(runs))  # each database once, its questions together
+    ids = [str(ex.question_id) for ex in mixed]
+    assert _file_ids(out) == ids
+    assert [r["question_id"] for r in summary["records"]] == ids
+    assert summary["ex"] == 1.0
+    assert not out.with_name(out.name + ".tmp").exists()
+
+
+def test_an_interrupted_grouped_run_resumes_and_ends_in_example_order(mixed, lookup, tmp_path):
+    from sqlweave.evaluate import visit_order
+
+    out = tmp_path / "r.jsonl"
+    ids = [str(ex.question_id) for ex in mixed]
+    order = visit_order(mixed)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(Visiting(lookup, stop_after=5), mixed, out_path=out, progress=False)
+    # Stopped mid-run the file holds what finished, in the order it finished.
+    assert _file_ids(out) == [ids[i] for i in order[:5]]
+    rest = Visiting(lookup)
+    summary = evaluate(rest, mixed, out_path=out, progress=False, usage_tracker=None)
+    assert rest.seen == [mixed[i].question for i in order[5:]]
+    assert _file_ids(out) == ids and summary["n"] == len(mixed)
+    again = Visiting(lookup)
+    evaluate(again, mixed, out_path=out, progress=False, usage_tracker=None)
+    assert again.seen == [] and _file_ids(out) == ids
+
+
+def test_records_of_other_questions_stay_in_the_file(examples, lookup, tmp_path):
+    out = tmp_path / "r.jsonl"
+    ids = [str(ex.question_id) for ex in examples]
+    evaluate(Counting(lookup), examples[:3], out_path=out, progress=False, usage_tracker=None)
+    summary = evaluate(
+        Counting(lookup), examples[3:], out_path=out, progress=False, usage_tracker=None
+    )
+    assert summary["n"] == len(examples) - 3
+    assert _file_ids(out) == ids[3:] + ids[:3]
+
+
+def test_visit_order_can_be_the_example_order(mixed, lookup, tmp_path):
+    program = Visiting(lookup)
+    evaluate(
+        program,
+        mixed,
+        out_path=tmp_path / "r.jsonl",
+        progress=False,
+        usage_tracker=None,
+        group_by_db=False,
+    )
+    assert program.seen == [ex.question for ex in mixed]
+
+
+def test_threads_visit_by_database_and_write_in_example_order(mixed, lookup, tmp_path):
+    out = tmp_path / "r.jsonl"
+    evaluate(
+        Counting(lookup), mixed, out_path=out, num_threads=4, progress=False, usage_tracker=None
+    )
+    assert _file_ids(out) == [str(ex.question_id) for ex in mixed]
