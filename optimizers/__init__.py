@@ -1,4 +1,11 @@
-"""Compile, save and load sqlweave programs."""
+"""Compile, save and load sqlweave programs.
+
+Optimizers are DSPy teleprompters (:class:`SQLTeleprompter`) registered by name
+(:mod:`sqlweave.optimizers.registry`: ``labeled``, ``bootstrap``, ``random_search``, ``knn``,
+``mipro``, ``gepa``; ``a+b`` runs them in sequence). The LM-call budget
+(:class:`Budgeted`) and resuming (:class:`Checkpointed`) are wrappers around any of them;
+:func:`run_optimizer` puts the three together and reports the cost.
+"""
 
 from sqlweave.optimizers.artifact import (
     ArtifactError,
@@ -8,7 +15,9 @@ from sqlweave.optimizers.artifact import (
     save_program,
     trainset_hash,
 )
-from sqlweave.optimizers.budget import BudgetExhausted, CallBudget
+from sqlweave.optimizers.base import SQLTeleprompter
+from sqlweave.optimizers.budget import Budgeted, BudgetExhausted, CallBudget
+from sqlweave.optimizers.checkpoint import Checkpoint, Checkpointed
 from sqlweave.optimizers.compile import (
     OPTIMIZERS,
     CompileOutcome,
@@ -21,22 +30,33 @@ from sqlweave.optimizers.compile import (
     run_optimizer,
     split_train_val,
 )
+from sqlweave.optimizers.registry import Sequential, UnknownOptimizerError, available, register
+from sqlweave.optimizers.registry import get as get_optimizer
 
 __all__ = [
     "OPTIMIZERS",
     "ArtifactError",
     "ArtifactMeta",
     "BudgetExhausted",
+    "Budgeted",
     "CallBudget",
+    "Checkpoint",
+    "Checkpointed",
     "CompileOutcome",
     "CompileReport",
+    "SQLTeleprompter",
+    "Sequential",
+    "UnknownOptimizerError",
     "attach_knn",
+    "available",
     "compile_program",
     "complete_examples",
     "ex_feedback_metric",
+    "get_optimizer",
     "gold_demos",
     "load_program",
     "read_artifact",
+    "register",
     "run_optimizer",
     "save_program",
     "split_train_val",

@@ -6,8 +6,12 @@ known cost. :class:`CallBudget` is a DSPy callback that counts every ``LM.__call
 included, so a resumed compile stops at exactly the same point as an uninterrupted one) and, when
 the cap is reached, refuses the next call by raising :class:`BudgetExhausted` *before* the call is
 sent. That exception derives from ``BaseException`` on purpose: DSPy's optimizers catch
-``Exception`` around every example and would otherwise swallow it and carry on. The compile loop
-in :mod:`sqlweave.optimizers.compile` catches it and keeps the best result found so far.
+``Exception`` around every example and would otherwise swallow it and carry on. Each sqlweave
+optimizer catches it and keeps the best result found so far.
+
+:class:`Budgeted` applies a budget to any optimizer, sqlweave's or DSPy's: it enforces the cap
+around ``compile``, hands the :class:`CallBudget` to the optimizers inside (so they can plan with
+``remaining``), and where an optimizer lets the refusal escape, returns the student unchanged.
 
 The cap holds across resumes: a budget starts from the calls an earlier, interrupted run of the
 same compile already made (``used``, read from its checkpoint) and reports each new count through
@@ -23,10 +27,15 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dspy
 from dspy.utils.callback import BaseCallback
+
+from sqlweave.optimizers.base import Wrapper, compile_with
+
+if TYPE_CHECKING:
+    from sqlweave.programs import SQLProgram
 
 logger = logging.getLogger(__name__)
 
@@ -96,3 +105,51 @@ def enforce(budget: CallBudget) -> Iterator[CallBudget]:
     callbacks = [*(dspy.settings.get("callbacks") or []), budget]
     with dspy.settings.context(callbacks=callbacks):
         yield budget
+
+
+class Budgeted(Wrapper):
+    """``inner`` under a cap of ``max_calls`` LM calls (None: count only).
+
+    With a checkpoint set from outside (:class:`~sqlweave.optimizers.checkpoint.Checkpointed`
+    around this), the calls of earlier runs count against the cap and each new count is saved
+    before its call goes out. ``cap`` is the :class:`CallBudget` of the last compile.
+    """
+
+    def __init__(self, inner: Any, max_calls: int | None = None) -> None:
+        super().__init__(inner)
+        if max_calls is not None and max_calls < 0:
+            raise ValueError("a budget must be a non-negative number of LM calls")
+        self.max_calls = max_calls
+        self.cap: CallBudget | None = None
+
+    def compile(
+        self,
+        student: SQLProgram,
+        *,
+        trainset: list[dspy.Example],
+        valset: list[dspy.Example] | None = None,
+        **kwargs: Any,
+    ) -> SQLProgram:
+        """Compile ``inner`` under the cap; the student unchanged if the refusal escapes it."""
+        (inner,) = self.wrapped
+        ckpt = self.checkpoint
+        cap = (
+            CallBudget(self.max_calls, used=ckpt.calls, on_count=ckpt.record_calls)
+            if ckpt is not None
+            else CallBudget(self.max_calls)
+        )
+        if cap.used:
+            logger.info("%d LM calls were made by earlier runs of this compile", cap.used)
+        self.cap = cap
+        self.budget = cap
+        self.budget_stopped = False
+        with enforce(cap):
+            if cap.remaining == 0 and not getattr(inner, "replays", False):
+                # Spent by earlier runs, and nothing to replay: no call would be allowed.
+                self.budget_stopped = True
+                return student.reset_copy()
+            try:
+                return compile_with(inner, student, trainset, valset, **kwargs)
+            except BudgetExhausted:
+                self.budget_stopped = True
+                return student.reset_copy()

@@ -184,16 +184,22 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     checkpoint: str | Path | None = None,
     progress: bool = True,
     candidates: int = 2,
+    options: dict[str, Any] | None = None,
     **switches: Any,
 ) -> CompiledProgram:
     """Optimize ``program`` (an instance or a registry name, built with ``switches``) on
     ``trainset`` with the current DSPy LM, score it on ``valset`` and return it with provenance.
 
-    ``valset=None`` takes a fixed, seeded 20 % of ``trainset``. ``budget`` caps the optimizer's
-    LM calls (see :mod:`sqlweave.optimizers.compile`); the validation run is not counted in it
-    but its calls are recorded too. ``checkpoint`` names a file that lets an interrupted compile
-    resume without repeating finished LM work; it also keeps the calls made so far, so the budget
-    caps the compile across resumes and ``meta.lm_calls`` is the total of all its runs.
+    ``optimizer`` is a registered name or a sequence such as ``"search+bootstrap"``;
+    ``options`` go to the optimizers that take them (the switch search: ``space``,
+    ``n_trials``, ``val_size``, ``sampler``). ``valset=None`` takes a fixed, seeded 20 % of
+    ``trainset``. ``budget`` caps the optimizer's LM calls (see
+    :mod:`sqlweave.optimizers.compile`); the validation run is not counted in it but its calls
+    are recorded too. ``checkpoint`` names a file that lets an interrupted compile resume without
+    repeating finished LM work; it also keeps the calls made so far, so the budget caps the
+    compile across resumes and ``meta.lm_calls`` is the total of all its runs. The artefact
+    records the compiled program's switches (the search's choice) and the optimizer's details
+    (the search history).
     """
     from sqlweave.evaluate import evaluate
     from sqlweave.lm import track_usage
@@ -223,6 +229,7 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
         checkpoint=checkpoint,
         progress=progress,
         candidates=candidates,
+        **(options or {}),
     )
     report = outcome.report
     val_ex = None
@@ -233,7 +240,7 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
         val_ex, val_calls = summary["ex"], usage.calls
     meta = ArtifactMeta(
         program=name,
-        switches=dict(getattr(student, "switches", {})),
+        switches=dict(getattr(outcome.program, "switches", getattr(student, "switches", {}))),
         lm=_lm_spec(),
         optimizer=optimizer,
         trainset_hash=trainset_hash(trainset),
