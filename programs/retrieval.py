@@ -58,6 +58,7 @@ from typing import Any, Protocol, runtime_checkable
 import dspy
 import numpy as np
 
+from sqlweave.caches import CACHE
 from sqlweave.sqlstruct import (
     BagIndex,
     pq_gram_profile,
@@ -625,6 +626,9 @@ def as_demos(
         demos.append(dspy.Example(**fields).with_inputs(*inputs))
     return demos
 
+
+# Part of sqlweave.caches.CACHE.clear().
+CACHE.register(_SCHEMA_NAMES.clear)
 
 __all__ = [
     "MASK",

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sqlweave.caches import CACHE
 from sqlweave.errors import SqlweaveError
 
 logger = logging.getLogger(__name__)
@@ -94,3 +95,8 @@ def default_encoder() -> Encoder:
 def embed(texts: Sequence[str], progress: bool = False) -> np.ndarray:
     """Embed ``texts`` with the default encoder."""
     return default_encoder().encode(texts, progress=progress)
+
+
+# Part of sqlweave.caches.CACHE.clear().
+CACHE.register(_load.cache_clear)
+CACHE.register(default_encoder.cache_clear)

@@ -44,6 +44,8 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, SqlglotError, TokenError
 from sqlglot.tokens import Token, TokenType
 
+from sqlweave.caches import CACHE
+
 logger = logging.getLogger(__name__)
 
 PLACEHOLDER = "_"
@@ -549,3 +551,8 @@ def jaccard(a: Iterable[Hashable], b: Iterable[Hashable]) -> float:
     a, b = set(a), set(b)
     union = len(a | b)
     return len(a & b) / union if union else 1.0
+
+
+# Part of sqlweave.caches.CACHE.clear().
+CACHE.register(skeleton.cache_clear)
+CACHE.register(_cached_profile.cache_clear)

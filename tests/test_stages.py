@@ -282,3 +282,19 @@ def test_result_fills_the_contract() -> None:
         "history": [],
     }
     assert out.extra_field == 3
+
+
+def test_one_clear_forgets_every_process_cache(db: Database) -> None:
+    from sqlweave import schema as schema_module
+    from sqlweave.sqlstruct import skeleton
+    from sqlweave.values import ValueIndex
+
+    introspect(db)
+    ValueIndex.build(db)
+    skeleton("SELECT 1")
+    assert schema_module._CACHE and skeleton.cache_info().currsize
+    CACHE.clear()
+    assert not schema_module._CACHE and not skeleton.cache_info().currsize
+    from sqlweave import values as values_module
+
+    assert not values_module._MEMO
