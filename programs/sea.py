@@ -8,11 +8,19 @@ configurations of one program:
    "bridging" moves values quoted verbatim in the question to the front), rendered as compact
    ``# table(col ['v1', 'v2'], ...)`` lines. Only text columns carry values: the value index
    leaves numbers and dates out, as they would flood BM25 with digit tokens;
-2. **pre-SQL** (1 call): question + enhanced schema → SQL, zero-shot unless compiled demos exist;
-3. **adaptive bias elimination** (ABE, 1 call): a reviewer sees the pre-SQL and what it returned
-   when executed (rows or error) and answers with a corrected query or the same one;
-4. **dynamic execution adjustment** (DEA, 0 calls when the query runs, else 2 per round): execute,
-   reflect on the error, correct; earlier attempts, errors and reasons are carried along.
+2. **pre-SQL** (1 call): question + enhanced schema → SQL, zero-shot unless compiled demos exist
+   (a :class:`~sqlweave.programs.base.Generator`);
+3. **adaptive bias elimination** (ABE, 1 call, :class:`BiasEliminator`): a reviewer sees the
+   pre-SQL and what it returned when executed (rows or error) and answers with a corrected query
+   or the same one;
+4. **dynamic execution adjustment** (DEA, 0 calls when the query runs, else 2 per round): the
+   ``corrector`` role, by default the ``execution`` corrector with ``reflect`` and ``multi_turn``
+   (execute, reflect on the error, correct; earlier attempts, errors and reasons are carried).
+
+The roles of :mod:`sqlweave.programs.stages` are replaceable: ``linker`` (default ``none``; a
+link prunes the enhanced schema before the pre-SQL, as there is no draft yet), ``selector``
+(default ``first``; another one chooses among the queries the stages wrote, the latest first) and
+``corrector`` (default ``execution``, in DEA's place).
 """
 
 from __future__ import annotations
@@ -23,8 +31,8 @@ from typing import Any, ClassVar
 import dspy
 
 from sqlweave.db import Database
-from sqlweave.programs.base import SQLProgram, predict_sql
-from sqlweave.programs.correction import CorrectionLoop
+from sqlweave.programs import stages as stage_registry
+from sqlweave.programs.base import Generator, SQLProgram, resolve_database
 from sqlweave.programs.feedback import describe_execution
 from sqlweave.schema import Schema, ident, introspect, render_compact
 from sqlweave.signatures import GenerateSQL, ReviewSQL
@@ -52,14 +60,59 @@ def render_foreign_keys(schema: Schema) -> str:
     )
 
 
+class BiasEliminator(Generator):
+    """SEA-SQL's adaptive bias elimination (ABE): review a query against what it returned.
+
+    Follows the corrector protocol of :mod:`sqlweave.programs.stages` (``sql``, ``db``,
+    ``question``, ``evidence``, ``db_schema``), so it can stand in any corrector slot. One
+    :class:`~sqlweave.signatures.ReviewSQL` call (predictor ``predict``) sees the query and its
+    execution result (first :data:`RESULT_ROWS` rows, or the error). An answer with no usable SQL
+    is read as "unchanged": the paper's eliminator copies a query it judges right, and losing the
+    query to a formatting slip would be worse than keeping it.
+
+    Returns ``Prediction(sql, rounds, history, execution_result)``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(ReviewSQL, field="reviewed_sql")
+
+    def forward(  # type: ignore[override]
+        self,
+        sql: str,
+        db: Database | str,
+        question: str,
+        evidence: str = "",
+        db_schema: str = "",
+        **_: Any,
+    ) -> dspy.Prediction:
+        database = resolve_database(db)
+        _, result_text = describe_execution(database, sql, max_rows=RESULT_ROWS)
+        reviewed = (
+            super()
+            .forward(
+                dialect=database.dialect,
+                db_schema=db_schema,
+                question=question,
+                evidence=evidence,
+                sql=sql,
+                execution_result=result_text,
+            )
+            .sql
+        )
+        history = [{"sql": sql, "feedback": result_text}]
+        return dspy.Prediction(
+            sql=reviewed or sql, rounds=1, history=history, execution_result=result_text
+        )
+
+
 class SEASQL(SQLProgram):
     """SEA-SQL (Semantic-Enhanced text-to-SQL with Adaptive refinement) as a DSPy program.
 
-    Sub-predictors, named after the paper's stages: ``generate`` (pre-SQL, ``GenerateSQL``),
-    ``eliminate`` (adaptive bias eliminator, ``ReviewSQL``) and ``adjust`` (dynamic execution
-    adjustment, a :class:`~sqlweave.programs.correction.CorrectionLoop` with ``reflect`` and
-    ``multi_turn``: its ``adjust.reflector`` and ``adjust.correct`` predictors). A stage that is
-    switched off has no predictor, so an optimizer tunes only what runs.
+    Stages, named after the paper's: ``generate`` (pre-SQL, a ``Generator`` of ``GenerateSQL``),
+    ``eliminate`` (:class:`BiasEliminator`) and ``corrector`` (DEA: by default a
+    :class:`~sqlweave.programs.correction.CorrectionLoop` with ``reflect`` and ``multi_turn``,
+    predictors ``corrector.correct`` and ``corrector.reflector``). A stage that is switched off
+    has no predictor, so an optimizer tunes only what runs.
 
     **Departures from the paper.** The paper's bias eliminator is Mistral-7B fine-tuned with LoRA
     on (question, enhanced schema, pre-SQL, execution result) → target, where the target is the
@@ -82,11 +135,13 @@ class SEASQL(SQLProgram):
       as format examples (off: like a Lucene-style BM25 search, which returns only matching
       values, they show none; the paper's "top-m of each column" can be read either way);
     * ``bias_elimination``: run ABE on the pre-SQL;
-    * ``execution_adjustment``: run DEA on the (bias-eliminated) SQL;
+    * ``execution_adjustment``: run DEA (the ``corrector``) on the (bias-eliminated) SQL;
     * ``execution_rounds``: DEA's reflect-and-correct rounds (paper ≤ 10);
     * ``second_elimination``: one more ABE pass after DEA (Appendix A, Table 8; off in the
       paper's system because it lowered EX);
-    * ``foreign_keys``: append ``# t(col) REFERENCES t2(col)`` lines (not in the paper's prompt).
+    * ``foreign_keys``: append ``# t(col) REFERENCES t2(col)`` lines (not in the paper's prompt);
+    * ``linker``, ``selector``, ``corrector``: the stage roles (module docstring), by registry
+      name or as a ``dspy.Module``.
 
     ``ABLATIONS`` mirrors Table 3 (``full``, ``no_abe``, ``no_dea``, ``no_abe_dea``) and Table 4
     (``values_0`` … ``values_3``: pre-SQL only, ABE and DEA off). ``values_2`` is the same
@@ -116,6 +171,9 @@ class SEASQL(SQLProgram):
         execution_rounds: int = 3,
         second_elimination: bool = False,
         foreign_keys: bool = False,
+        linker: str | dspy.Module = "none",
+        selector: str | dspy.Module = "first",
+        corrector: str | dspy.Module = "execution",
     ) -> None:
         if values_per_column < 0:
             raise ValueError("values_per_column must be >= 0")
@@ -132,6 +190,9 @@ class SEASQL(SQLProgram):
             execution_rounds=execution_rounds,
             second_elimination=second_elimination,
             foreign_keys=foreign_keys,
+            linker=stage_registry.name_of("linker", linker),
+            selector=stage_registry.name_of("selector", selector),
+            corrector=stage_registry.name_of("corrector", corrector),
         )
         self.values_per_column = values_per_column
         self.top_k = top_k
@@ -142,11 +203,16 @@ class SEASQL(SQLProgram):
         self.second_elimination = second_elimination
         self.foreign_keys = foreign_keys
 
-        self.generate = dspy.Predict(GenerateSQL)
+        self.linker = stage_registry.build("linker", linker)
+        self.generate = Generator(GenerateSQL)
         if bias_elimination or second_elimination:
-            self.eliminate = dspy.Predict(ReviewSQL)
+            self.eliminate = BiasEliminator()
         if execution_adjustment:
-            self.adjust = CorrectionLoop(max_rounds=execution_rounds, reflect=True, multi_turn=True)
+            dea = {"max_rounds": execution_rounds, "reflect": True, "multi_turn": True}
+            self.corrector = stage_registry.build(
+                "corrector", corrector, **(dea if corrector == "execution" else {})
+            )
+        self.selector = stage_registry.build("selector", selector)
 
     # -- stage 1: semantic-enhanced schema --------------------------------------------------------
 
@@ -164,6 +230,13 @@ class SEASQL(SQLProgram):
             question, top_k=self.top_k, keep=self.values_per_column, fill=self.fill_values
         )
 
+    def render(self, schema: Schema, values: dict[tuple[str, str], list[str]]) -> str:
+        """The compact schema text with ``values`` beside their columns (and foreign keys)."""
+        text = render_compact(schema, values=values)
+        if self.foreign_keys and schema.foreign_keys:
+            text += "\n" + render_foreign_keys(schema)
+        return text
+
     def enhanced_schema(
         self, question: str, db: Database
     ) -> tuple[str, dict[tuple[str, str], list[str]]]:
@@ -172,104 +245,95 @@ class SEASQL(SQLProgram):
         Introspection is cached per database by :func:`~sqlweave.schema.introspect`; only the
         values depend on the question.
         """
-        schema = introspect(db)
         values = self.question_values(question, db)
-        text = render_compact(schema, values=values)
-        if self.foreign_keys and schema.foreign_keys:
-            text += "\n" + render_foreign_keys(schema)
-        return text, values
-
-    # -- stage 3: adaptive bias elimination -------------------------------------------------------
-
-    def _eliminate(
-        self, sql: str, *, db: Database, schema_text: str, question: str, evidence: str
-    ) -> tuple[str, str]:
-        """One ABE call: ``(reviewed SQL, execution result text shown)``.
-
-        An eliminator that answers with no usable SQL is read as "unchanged": the paper's
-        eliminator copies a query it judges right, and losing the query to a formatting slip
-        would be worse than keeping it.
-        """
-        _, result_text = describe_execution(db, sql, max_rows=RESULT_ROWS)
-        reviewed, _raw = predict_sql(
-            self.eliminate,
-            field="reviewed_sql",
-            dialect=db.dialect,
-            db_schema=schema_text,
-            question=question,
-            evidence=evidence,
-            sql=sql,
-            execution_result=result_text,
-        )
-        return (reviewed or sql), result_text
+        return self.render(introspect(db), values), values
 
     # -- the pipeline -----------------------------------------------------------------------------
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         """Run the switched-on stages in the paper's order and return every intermediate query.
 
-        Prediction fields: ``sql`` (final), ``pre_sql``, ``eliminated_sql`` (None without ABE),
-        ``eliminator_changed``, ``pre_sql_result`` (what ABE was shown), ``adjusted_sql``,
-        ``correction_rounds``, ``correction_history``, ``schema`` (the prompt's schema text),
-        ``column_values`` (``"table.column" -> [values]``), ``stages`` (names of the stages that
-        ran), ``lm_calls`` (calls this answer made).
+        Besides the output contract (:mod:`sqlweave.programs.stages`): ``raw``, ``pre_sql``,
+        ``eliminated_sql`` (None without ABE), ``eliminator_changed``, ``pre_sql_result`` (what
+        ABE was shown), ``adjusted_sql``, ``correction_rounds``, ``schema`` (the prompt's schema
+        text) and ``column_values`` (``"table.column" -> [values]``).
         """
+        ask = {"db": db, "question": question, "evidence": evidence}
         stages: list[str] = ["schema"]
         schema_text, values = self.enhanced_schema(question, db)
 
-        pre_sql, raw = predict_sql(
-            self.generate,
-            dialect=db.dialect,
-            db_schema=schema_text,
-            question=question,
-            evidence=evidence,
-        )
-        stages.append("pre_sql")
-        lm_calls = 1
-        current = pre_sql
+        linked = None
+        if stage_registry.name_of("linker", self.linker) != "none":
+            schema = introspect(db)
+            linked = self.linker(
+                **ask, schema=schema, sql="", db_schema=schema_text, dialect=db.dialect
+            ).linked
+            stages.append("linking")
+            if linked:
+                schema_text = self.render(linked.subset(schema), values)
 
-        eliminated: str | None = None
-        pre_result: str | None = None
+        first = self.generate(
+            dialect=db.dialect, db_schema=schema_text, question=question, evidence=evidence
+        )
+        pre_sql = current = first.sql
+        stages.append("pre_sql")
+
+        eliminated = pre_result = None
         if self.bias_elimination:
-            eliminated, pre_result = self._eliminate(
-                current, db=db, schema_text=schema_text, question=question, evidence=evidence
-            )
+            abe = self.eliminate(sql=current, db_schema=schema_text, **ask)
+            eliminated, pre_result = abe.sql, abe.execution_result
             stages.append("bias_elimination")
-            lm_calls += 1
             current = eliminated
 
-        adjusted: str | None = None
+        adjusted = None
         rounds = 0
         history: list[dict[str, Any]] = []
-        if self.execution_adjustment:
-            out = self.adjust(
-                sql=current, db=db, question=question, evidence=evidence, db_schema=schema_text
-            )
-            stages.append("execution_adjustment")
-            adjusted, rounds, history = out.sql, out.rounds, out.history
-            lm_calls += 2 * rounds
+        dea_stage = _corrector_stage(self.corrector) if self.execution_adjustment else None
+        if dea_stage is not None:
+            dea = self.corrector(sql=current, db_schema=schema_text, **ask)
+            stages.append(dea_stage)
+            adjusted, rounds, history = dea.sql, dea.rounds, list(dea.history)
             current = adjusted
 
         if self.second_elimination:
-            current, _ = self._eliminate(
-                current, db=db, schema_text=schema_text, question=question, evidence=evidence
-            )
+            current = self.eliminate(sql=current, db_schema=schema_text, **ask).sql
             stages.append("second_elimination")
-            lm_calls += 1
+
+        # The queries the stages wrote, the latest (most refined) first: what a selector other
+        # than "first" chooses among.
+        written = list(dict.fromkeys(q for q in (current, adjusted, eliminated, pre_sql) if q))
+        candidates = None
+        if stage_registry.name_of("selector", self.selector) != "first" and len(written) > 1:
+            candidates = written
+            current = self.selector(candidates=written, db_schema=schema_text, **ask).sql
+            stages.append("selection")
 
         logger.debug("sea: %s -> %s (stages %s)", pre_sql[:120], current[:120], stages)
-        return dspy.Prediction(
-            sql=current,
-            raw=raw,
+        return stage_registry.result(
+            current,
+            stages=stages,
+            candidates=candidates,
+            linked=linked,
+            history=history,
+            raw=first.raw,
             pre_sql=pre_sql,
             eliminated_sql=eliminated,
             eliminator_changed=eliminated is not None and eliminated != pre_sql,
             pre_sql_result=pre_result,
             adjusted_sql=adjusted,
             correction_rounds=rounds,
-            correction_history=history,
             schema=schema_text,
             column_values={f"{t}.{c}": list(v) for (t, c), v in values.items()},
-            stages=stages,
-            lm_calls=lm_calls,
         )
+
+
+def _corrector_stage(corrector: dspy.Module) -> str | None:
+    """The stage name a corrector runs under: DEA for the execution corrector, ``correction`` for
+    another one, None for ``none`` (nothing to run)."""
+    name = stage_registry.name_of("corrector", corrector)
+    if name == "none":
+        return None
+    return "execution_adjustment" if name == "execution" else "correction"
+
+
+__all__ = ["RESULT_ROWS", "BiasEliminator", "SEASQL", "render_foreign_keys"]

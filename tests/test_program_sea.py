@@ -7,7 +7,9 @@ pre-SQL with its execution result, the error and the reason).
 
 from __future__ import annotations
 
+import copy
 import os
+import shutil
 from pathlib import Path
 
 import dspy
@@ -16,7 +18,8 @@ from dspy.utils import DummyLM
 
 from sqlweave import programs
 from sqlweave.db import Database
-from sqlweave.programs.sea import SEASQL
+from sqlweave.programs import stages
+from sqlweave.programs.sea import SEASQL, BiasEliminator
 
 QUESTION = "How many singers are from France?"
 COUNT_ALL = "SELECT count(*) FROM singer"
@@ -65,10 +68,10 @@ def run(program: SEASQL, answers: list[dict[str, str]], db: Database, **inputs):
 def test_full_runnable_and_approved_costs_two_calls(db: Database) -> None:
     pred, lm = run(SEASQL(), [gen(GOOD), review(GOOD)], db)
     assert pred.sql == GOOD and db.execute(pred.sql).rows == ((4,),)
-    assert len(lm.history) == 2 == pred.lm_calls
+    assert len(lm.history) == 2
     assert pred.stages == FULL_STAGES
     assert pred.pre_sql == GOOD and pred.eliminated_sql == GOOD and not pred.eliminator_changed
-    assert pred.correction_rounds == 0 and len(pred.correction_history) == 1
+    assert pred.correction_rounds == 0 and len(pred.history) == 1
     generation, elimination = prompts(lm)
     # Semantic-enhanced schema: the value the question names sits next to its column.
     assert "Country ['France']" in generation and QUESTION in generation
@@ -91,9 +94,9 @@ def test_eliminator_sees_the_error_and_dea_repairs_what_it_left(db: Database) ->
     answers = [gen(BAD), review(WORSE), reason(), fix(GOOD)]
     pred, lm = run(SEASQL(), answers, db)
     assert pred.sql == GOOD and pred.adjusted_sql == GOOD
-    assert len(lm.history) == 4 == pred.lm_calls
+    assert len(lm.history) == 4
     assert pred.correction_rounds == 1
-    assert [h["sql"] for h in pred.correction_history] == [WORSE, GOOD]
+    assert [h["sql"] for h in pred.history] == [WORSE, GOOD]
     generation, elimination, reflection, correction = prompts(lm)
     assert BAD in elimination and "Unknown column" in elimination and "nation" in elimination
     # DEA runs on the eliminated SQL, with the same enhanced schema, and the reason is carried
@@ -105,7 +108,7 @@ def test_eliminator_sees_the_error_and_dea_repairs_what_it_left(db: Database) ->
 def test_dea_rounds_are_capped_and_each_costs_two_calls(db: Database) -> None:
     answers = [gen(BAD), review(BAD)] + [reason(), fix(WORSE)] * 2
     pred, lm = run(SEASQL(execution_rounds=2), answers, db)
-    assert len(lm.history) == 6 == pred.lm_calls
+    assert len(lm.history) == 6
     assert pred.correction_rounds == 2
     assert pred.sql == BAD  # nothing ran: the loop keeps its input
     # Multi-turn: the second correction lists the first failed attempt.
@@ -134,25 +137,25 @@ def test_without_abe_dea_repairs_the_pre_sql(db: Database) -> None:
     program = SEASQL(bias_elimination=False)
     assert "eliminate" not in dict(program.named_predictors())
     pred, lm = run(program, [gen(BAD), reason(), fix(GOOD)], db)
-    assert pred.sql == GOOD and len(lm.history) == 3 == pred.lm_calls
+    assert pred.sql == GOOD and len(lm.history) == 3
     assert pred.stages == ["schema", "pre_sql", "execution_adjustment"]
     assert pred.eliminated_sql is None and BAD in prompts(lm)[1]
 
 
 def test_without_dea_a_failing_query_is_returned_as_is(db: Database) -> None:
     program = SEASQL(execution_adjustment=False)
-    assert not any(name.startswith("adjust") for name, _ in program.named_predictors())
+    assert not any(name.startswith("corrector") for name, _ in program.named_predictors())
     pred, lm = run(program, [gen(BAD), review(WORSE)], db)
     assert pred.sql == WORSE and len(lm.history) == 2
     assert pred.stages == ["schema", "pre_sql", "bias_elimination"]
-    assert pred.adjusted_sql is None and pred.correction_history == []
+    assert pred.adjusted_sql is None and pred.history == []
 
 
 def test_without_both_only_the_pre_sql_is_written(db: Database) -> None:
     program = SEASQL(**SEASQL.ABLATIONS["no_abe_dea"])
     assert [name for name, _ in program.named_predictors()] == ["generate"]
     pred, lm = run(program, [gen(BAD)], db)
-    assert pred.sql == BAD == pred.pre_sql and len(lm.history) == 1 == pred.lm_calls
+    assert pred.sql == BAD == pred.pre_sql and len(lm.history) == 1
     assert pred.stages == ["schema", "pre_sql"]
 
 
@@ -161,7 +164,7 @@ def test_second_elimination_runs_after_dea(db: Database) -> None:
     pred, lm = run(SEASQL(second_elimination=True), answers, db)
     assert pred.stages == [*FULL_STAGES, "second_elimination"]
     assert pred.adjusted_sql == COUNT_ALL and pred.sql == GOOD
-    assert len(lm.history) == 5 == pred.lm_calls
+    assert len(lm.history) == 5
     assert COUNT_ALL in prompts(lm)[-1] and "6" in prompts(lm)[-1]
 
 
@@ -209,7 +212,7 @@ def test_every_ablation_builds_and_runs_through_the_registry(db: Database, confi
         + ([reason(), fix(GOOD)] if dea and not abe else [])
     )
     pred, lm = run(program, answers, db)
-    assert len(lm.history) == len(answers) == pred.lm_calls
+    assert len(lm.history) == len(answers)
     assert pred.sql == (GOOD if abe or dea else BAD)
     assert ("bias_elimination" in pred.stages) == abe
     assert ("execution_adjustment" in pred.stages) == dea
@@ -232,7 +235,7 @@ def test_ablation_table_mirrors_the_paper() -> None:
 
 def test_predictors_are_named_after_the_stages() -> None:
     names = [name for name, _ in SEASQL().named_predictors()]
-    assert names == ["generate", "eliminate", "adjust.correct", "adjust.reflector"]
+    assert names == ["generate", "eliminate", "corrector.correct", "corrector.reflector"]
     # A compiled program must survive DSPy's deep copies (optimizers work on reset copies).
     assert [n for n, _ in SEASQL().reset_copy().named_predictors()] == names
 
@@ -259,6 +262,87 @@ def test_compiled_demos_reach_the_generator_prompt(db: Database) -> None:
     _, lm = run(program, [gen(GOOD)], db)
     text = "\n".join(m["content"] for m in lm.history[0]["messages"])
     assert "Heaviest pet?" in text and QUESTION in text
+
+
+# -- stages: every linker, selector and corrector (issue 14) --------------------------------------
+
+#: A bundled question whose draft the scripted LM breaks, so correction and selection have work.
+STAGE_QUESTION = "What is the average, minimum, and maximum age of all singers from France?"
+ROLE_CHOICES = [(role, name) for role, names in stages.available().items() for name in names]
+
+
+@pytest.fixture()
+def bundled_db(tmp_path: Path, demo_concert_db: Path) -> Database:
+    target = tmp_path / "concert_singer.sqlite"
+    shutil.copy(demo_concert_db, target)
+    return Database.open(target)
+
+
+def test_roles_default_to_the_papers_choice() -> None:
+    program = SEASQL()
+    assert {r: program.switches[r] for r in stages.ROLES} == {
+        "linker": "none",
+        "selector": "first",
+        "corrector": "execution",
+    }
+    assert program.corrector.reflect and program.corrector.multi_turn
+    assert program.corrector.max_rounds == 3
+    assert SEASQL(execution_rounds=5, corrector="execution").corrector.max_rounds == 5
+
+
+@pytest.mark.parametrize(("role", "name"), ROLE_CHOICES, ids=[f"{r}={n}" for r, n in ROLE_CHOICES])
+def test_every_stage_of_every_role_runs(bundled_db: Database, role: str, name: str) -> None:
+    from record_prompts import ScriptedLM
+
+    program = programs.get("sea", **{role: name})
+    assert program.switches[role] == name
+    lm = ScriptedLM()
+    with dspy.context(lm=lm):
+        pred = program(question=STAGE_QUESTION, db=bundled_db)
+    assert set(stages.CONTRACT) <= set(pred.keys())
+    assert all(isinstance(pred[field], list) for field in stages.CONTRACT[1:])
+    assert pred.sql and pred.stages[0] == "schema" and lm.calls
+    assert {"pre_sql", "bias_elimination"} <= set(pred.stages)
+    if role == "linker":
+        linking = ["linking"] if name != "none" else []
+        assert pred.stages[: 2 + len(linking)] == ["schema", *linking, "pre_sql"]
+    if role == "selector":
+        assert ("selection" in pred.stages) == (name != "first")
+        if name != "first":
+            assert len(pred.candidates) > 1 and pred.sql in pred.candidates
+    if role == "corrector":
+        slot = {"none": None, "execution": "execution_adjustment"}.get(name, "correction")
+        ran = {"correction", "execution_adjustment"} & set(pred.stages)
+        assert ran == ({slot} if slot else set())
+    if (role, name) == ("corrector", "execution"):
+        assert pred.history and pred.correction_rounds >= 1
+
+
+def test_value_linker_prunes_the_enhanced_schema(bundled_db: Database) -> None:
+    program = SEASQL(linker="values", **SEASQL.ABLATIONS["no_abe_dea"])
+    pred, lm = run(program, [gen(GOOD)], bundled_db)
+    assert pred.stages == ["schema", "linking", "pre_sql"]
+    assert "singer.Country" in pred.linked
+    # The pruned schema keeps the linked column with its value and drops unlinked tables.
+    assert "Country ['France']" in prompts(lm)[0] and "# stadium(" not in prompts(lm)[0]
+    assert "# singer(" in pred.schema and "# stadium(" not in pred.schema
+
+
+def test_a_stage_instance_is_used_as_given(bundled_db: Database) -> None:
+    eliminator = BiasEliminator()
+    program = SEASQL(bias_elimination=False, corrector=eliminator)
+    assert program.corrector is eliminator and program.switches["corrector"] is None
+    pred, lm = run(program, [gen(COUNT_ALL), review(GOOD)], bundled_db)
+    assert pred.sql == GOOD and pred.stages == ["schema", "pre_sql", "correction"]
+    assert "6" in prompts(lm)[1]  # the reviewer saw the pre-SQL's result
+
+
+def test_a_deep_copy_runs_with_its_own_stages(bundled_db: Database) -> None:
+    program = SEASQL(linker="values", selector="vote")
+    twin = copy.deepcopy(program)
+    assert twin.switches == program.switches and twin.generate is not program.generate
+    pred, _ = run(twin, [gen(GOOD), review(GOOD)], bundled_db)
+    assert pred.sql == GOOD
 
 
 # -- PostgreSQL (optional) -------------------------------------------------------------------------
