@@ -1,190 +1,475 @@
-"""Local LM throughput: prompt processing and decode speed, with and without KV prefix reuse.
+"""Local LM speed on one set of questions (issue 15): the plain script against sqlweave.
 
-One schema-heavy prompt (a Spider database's DDL plus sample rows, padded to about
-``--prompt-tokens`` tokens) is asked several dev questions about that database. "cold" resets the
-llama.cpp context before every call, so the whole prompt is processed each time; "reuse" keeps
-it, so only the question differs and llama.cpp's longest-common-prefix reuse skips the schema.
-Figures come from llama.cpp's own perf counters, read by the engine after each call.
+One run, one model, one thread count, the same questions (the first 50 of ``spider-dev-200``):
 
-    python experiments/bench_lm.py --models qwen2.5-coder-0.5b qwen2.5-coder-1.5b
+- ``plain``: the reference script a user writes with llama-cpp-python alone, no sqlweave (the
+  naive prompt: a system line, the database's own CREATE TABLE statements, the question; greedy,
+  256 new tokens, questions in slice order);
+- ``naive``: sqlweave's ``naive`` program (the same prompt) through :func:`sqlweave.evaluate`;
+- ``direct``: sqlweave's ``direct`` program;
+- ``direct_lookup``: ``direct`` with prompt-lookup decoding (``--lookup`` draft tokens);
+- ``sc8``: self-consistency over ``direct``, ``--samples`` samples (the first greedy).
+
+Per mode: EX, seconds per question, prompt tokens sent and evaluated per question (the rest came
+from the KV cache or a prompt snapshot), decode tokens/s (completion tokens over the seconds
+after the prompt), tokens per decode step. Checks: ``direct_lookup`` and ``direct`` give
+identical completions, ``sc8``'s greedy candidate is ``direct``'s SQL, ``naive`` writes the
+plain script's SQL. Targets (issue 15): ``direct`` at most 0.6x the plain script's seconds per
+question at equal EX; ``sc8`` at most 3x greedy ``direct``.
+
+Each mode starts with an empty KV cache. Model loading and a warm-up call are timed apart.
+
+    python experiments/bench_lm.py                         # 1.5B, 50 questions, all modes
+    python experiments/bench_lm.py --n-threads 1 --out experiments/results/bench_lm_t1.json
+    python experiments/bench_lm.py --modes plain direct --limit 5   # a quick look
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
 import platform
+import re
 import sqlite3
-import statistics
+import subprocess
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dspy.lm15 import Config, Message, Request
+import dspy
 
-from sqlweave.lm import LlamaCppEngine
+from sqlweave.lm import (
+    DEFAULT_MODEL,
+    DEFAULT_N_CTX,
+    AsyncLlamaCppEngine,
+    LlamaCppEngine,
+    build_lm,
+    default_threads,
+)
 
 logger = logging.getLogger(__name__)
 
-SYSTEM = "You translate questions into SQLite queries. Answer with the SQL only."
+MODES = ("plain", "naive", "direct", "direct_lookup", "sc8")
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def data_root(explicit: str | None) -> Path:
-    """Shared data folder: argument, then $SQLWEAVE_DATA, then ../shared/data."""
-    if explicit:
-        return Path(explicit)
-    if os.environ.get("SQLWEAVE_DATA"):
-        return Path(os.environ["SQLWEAVE_DATA"])
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
+# --------------------------------------------------------------------------- the plain script
+
+PLAIN_SYSTEM = "You write one SQLite query that answers the question. Reply with the SQL only."
+PLAIN_MAX_TOKENS = 256
+_FENCE = re.compile(r"```[A-Za-z]*\s*(.*?)```", re.S)
 
 
-def schema_prompt(db: Path, count_tokens: Any, target: int) -> str:
-    """DDL of ``db`` followed by sample rows, one row per table in turn, until ``target`` tokens."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+def plain_ddl(db_path: str | Path) -> str:
+    """The database's own CREATE TABLE statements, as the plain script reads them."""
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
-        tables = conn.execute(
-            "SELECT name, sql FROM sqlite_master WHERE type='table' AND sql IS NOT NULL ORDER BY name"
+        rows = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL "
+            "AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
         ).fetchall()
-        text = "\n".join(sql + ";" for _, sql in tables) + "\n\n-- sample rows\n"
-        cursors = {name: conn.execute(f'SELECT * FROM "{name}"') for name, _ in tables}
-        while count_tokens(text) < target and cursors:
-            for name in list(cursors):
-                row = cursors[name].fetchone()
-                if row is None:
-                    del cursors[name]
-                    continue
-                text += f"-- {name}: {row!r}\n"
     finally:
         conn.close()
-    return text
+    return "\n".join(str(row[0]).strip() for row in rows)
 
 
-def run_mode(
-    engine: LlamaCppEngine, schema: str, questions: list[str], *, reuse: bool, max_tokens: int
-) -> list[dict[str, Any]]:
-    """Ask every question once; ``reuse=False`` clears the KV cache before each call."""
-    llama = engine._loaded().llama
-    llama.reset()
+def plain_script(
+    model_path: Path, examples: Sequence[Any], *, n_threads: int, n_ctx: int
+) -> dict[str, Any]:
+    """The reference: what a user writes in five minutes with ``llama_cpp`` and nothing else.
+
+    Only the timing and llama.cpp's perf counters (read, not changed) are the benchmark's.
+    Returns ``{"load_s", "warmup_s", "rows"}`` with one row per question.
+    """
+    import llama_cpp
+    from llama_cpp import Llama
+
+    started = time.perf_counter()
+    llm = Llama(
+        model_path=str(model_path),
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        n_threads_batch=n_threads,
+        verbose=False,
+    )
+    load_s = time.perf_counter() - started
+    started = time.perf_counter()
+    llm.create_chat_completion(
+        messages=[{"role": "user", "content": "Say OK."}], temperature=0.0, max_tokens=4
+    )
+    warmup_s = time.perf_counter() - started
+    llm.reset()
+
     rows = []
-    for question in questions:
-        if not reuse:
-            llama.reset()
-        request = Request(
-            model=engine.spec,
-            system=SYSTEM,
-            messages=(Message.user(f"{schema}\nQuestion: {question}\nSQL:"),),
-            config=Config(temperature=0.0, max_tokens=max_tokens),
-        )
+    for ex in examples:
+        llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
         started = time.perf_counter()
-        response = engine.complete(request)
-        wall = time.perf_counter() - started
-        perf = dict(response.provider_data or {})
+        user = f"{plain_ddl(ex.db_path)}\n\nQuestion: {ex.question}"
+        if getattr(ex, "evidence", ""):
+            user += f"\nHint: {ex.evidence}"
+        out = llm.create_chat_completion(
+            messages=[
+                {"role": "system", "content": PLAIN_SYSTEM},
+                {"role": "user", "content": user},
+            ],
+            temperature=0.0,
+            max_tokens=PLAIN_MAX_TOKENS,
+        )
+        reply = out["choices"][0]["message"]["content"] or ""
+        fenced = _FENCE.search(reply)
+        sql = (fenced.group(1) if fenced else reply).strip()
+        seconds = time.perf_counter() - started
+        perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
+        usage = out.get("usage") or {}
         rows.append(
             {
-                "question": question,
-                "answer": response.text,
-                "wall_s": wall,
-                "prompt_tokens": response.usage.input_tokens,
-                "completion_tokens": response.usage.output_tokens,
-                **perf,
+                "question_id": str(ex.question_id),
+                "pred_sql": sql,
+                "seconds": seconds,
+                "calls": [
+                    {
+                        "text": reply,
+                        "seconds": seconds,
+                        "input_tokens": int(usage.get("prompt_tokens", 0)),
+                        "output_tokens": int(usage.get("completion_tokens", 0)),
+                        # Without drafts llama.cpp's counters mean what ours do.
+                        "prompt_eval_tokens": int(perf.n_p_eval),
+                        "prompt_eval_ms": float(perf.t_p_eval_ms),
+                        "decode_steps": int(perf.n_eval),
+                        "draft_tokens": 0,
+                        "restored_tokens": 0,
+                    }
+                ],
+            }
+        )
+        logger.info("plain %s: %.1fs", ex.question_id, seconds)
+    del llm
+    gc.collect()
+    return {"load_s": load_s, "warmup_s": warmup_s, "rows": rows}
+
+
+def score(examples: Sequence[Any], rows: list[dict[str, Any]]) -> None:
+    """Set ``correct`` on each row by execution match (the project's EX)."""
+    from sqlweave.data import open_database
+    from sqlweave.metrics import check_execution, semantics_for
+
+    for ex, row in zip(examples, rows, strict=True):
+        match = check_execution(
+            row["pred_sql"], ex.gold_sql, open_database(ex), semantics_for(ex), strict_gold=False
+        )
+        row["correct"] = bool(match.correct)
+
+
+# --------------------------------------------------------------------------- through sqlweave
+
+
+class RecordingEngine(LlamaCppEngine):
+    """The local engine, keeping each call's completion and counters for the benchmark."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[dict[str, Any]] = []
+
+    def complete(self, request: Any) -> Any:
+        response = super().complete(request)
+        self.calls.append(
+            {
+                "text": response.text,
+                "input_tokens": response.usage.input_tokens,
+                "output_tokens": response.usage.output_tokens,
+                **(response.provider_data or {}),
+            }
+        )
+        return response
+
+
+def recording_lm(spec: str, *, n_threads: int, lookup: int) -> tuple[Any, RecordingEngine]:
+    """``build_lm``'s LM (no response cache) on a :class:`RecordingEngine`."""
+    lm = build_lm(spec, cache=False, n_threads=n_threads, prompt_lookup=lookup)
+    engine = RecordingEngine.load_state(lm.engine.dump_state())
+    return lm.copy(engine=engine, async_engine=AsyncLlamaCppEngine(engine)), engine
+
+
+def program_for(mode: str, samples: int, temperature: float) -> Callable[..., Any]:
+    """The program a mode evaluates, as a callable of the example's inputs."""
+    from sqlweave import programs
+
+    if mode in ("naive", "direct", "direct_lookup"):
+        return programs.get("direct" if mode == "direct_lookup" else mode)
+    from sqlweave.programs.voting import SelfConsistency
+
+    voting = SelfConsistency(programs.get("direct"), n=samples, temperature=temperature)
+
+    def self_consistency(question: str, db_path: str, evidence: str = "", **_: Any) -> Any:
+        return voting(db=db_path, question=question, evidence=evidence)
+
+    return self_consistency
+
+
+def run_sqlweave(
+    mode: str,
+    examples: Sequence[Any],
+    lm: Any,
+    engine: RecordingEngine,
+    *,
+    samples: int,
+    temperature: float,
+    progress: bool,
+) -> list[dict[str, Any]]:
+    """Evaluate one mode's program with :func:`sqlweave.evaluate.evaluate` (questions grouped by
+    database); one row per question in example order, with its calls."""
+    from sqlweave.evaluate import evaluate, visit_order
+
+    program = program_for(mode, samples, temperature)
+    per_question: dict[str, dict[str, Any]] = {}
+    # evaluate() calls the program with the inputs only; it visits the questions in
+    # visit_order, so the ids of equal inputs are handed out in that order.
+    ids: dict[tuple[str, str, str], list[str]] = {}
+    for i in visit_order(examples):
+        ex = examples[i]
+        key = (ex.question, str(ex.db_path), getattr(ex, "evidence", "") or "")
+        ids.setdefault(key, []).append(str(ex.question_id))
+
+    def measured(**inputs: Any) -> Any:
+        key = (inputs["question"], str(inputs["db_path"]), inputs.get("evidence") or "")
+        question_id = ids[key].pop(0)
+        first = len(engine.calls)
+        pred = program(**inputs)
+        per_question[question_id] = {
+            "calls": engine.calls[first:],
+            "candidates": list(getattr(pred, "candidates", None) or []),
+        }
+        return pred
+
+    llama = engine._loaded().llama
+    llama.reset()  # every mode starts with an empty KV cache
+    llama.prompt_states.clear()
+    with dspy.context(lm=lm):
+        summary = evaluate(measured, examples, out_path=None, progress=progress)
+    rows = []
+    for record in summary["records"]:
+        extra = per_question.get(record["question_id"], {"calls": [], "candidates": []})
+        rows.append(
+            {
+                "question_id": record["question_id"],
+                "pred_sql": record["pred_sql"],
+                "correct": bool(record["correct"]),
+                "error": record["error"],
+                "seconds": record["seconds"],
+                **extra,
             }
         )
     return rows
 
 
+# --------------------------------------------------------------------------- summaries
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians of per-call rates and times (robust to a noisy shared CPU), plus calls 2+ alone.
-
-    With reuse, call 1 processes the whole prompt and calls 2+ only the differing suffix, so they
-    are reported apart.
-    """
-
-    def rate(tokens: str, ms: str, subset: list[dict[str, Any]]) -> float | None:
-        rates = [r[tokens] / (r[ms] / 1000) for r in subset if r[ms] > 0 and r[tokens] > 0]
-        return statistics.median(rates) if rates else None
-
-    later = rows[1:] or rows
+    """Per-question means and pooled rates of one mode."""
+    n = len(rows)
+    calls = [call for row in rows for call in row["calls"]]
+    completion = sum(c["output_tokens"] for c in calls)
+    prompt_eval = sum(c["prompt_eval_tokens"] for c in calls)
+    prompt_s = sum(c["prompt_eval_ms"] for c in calls) / 1000
+    decode_s = sum(max(0.0, c["seconds"] - c["prompt_eval_ms"] / 1000) for c in calls)
+    steps = sum(c["decode_steps"] for c in calls) + len(calls)  # + the token off the prompt
     return {
-        "calls": len(rows),
-        "prompt_tokens_per_call": statistics.mean(r["prompt_tokens"] for r in rows),
-        "prompt_tokens_evaluated_call1": rows[0]["prompt_eval_tokens"],
-        "prompt_tokens_evaluated_calls2plus": statistics.median(
-            r["prompt_eval_tokens"] for r in later
+        "n": n,
+        "ex": sum(row["correct"] for row in rows) / n if n else 0.0,
+        "s_per_question": sum(row["seconds"] for row in rows) / n if n else 0.0,
+        "calls_per_question": len(calls) / n if n else 0.0,
+        "prompt_tokens_per_question": sum(c["input_tokens"] for c in calls) / n if n else 0.0,
+        "prompt_tokens_evaluated_per_question": prompt_eval / n if n else 0.0,
+        "prompt_tokens_restored_per_question": (
+            sum(c.get("restored_tokens", 0) for c in calls) / n if n else 0.0
         ),
-        "prompt_tok_per_s": rate(
-            "prompt_eval_tokens",
-            "prompt_eval_ms",
-            rows[:1]
-            if len(rows) > 1 and rows[1]["prompt_eval_tokens"] < rows[0]["prompt_eval_tokens"] / 2
-            else rows,
-        ),
-        "decode_tok_per_s": rate("eval_tokens", "eval_ms", rows),
-        "s_call1": rows[0]["wall_s"],
-        "s_per_call_calls2plus": statistics.median(r["wall_s"] for r in later),
-        "s_per_call_mean": statistics.mean(r["wall_s"] for r in rows),
+        "completion_tokens_per_question": completion / n if n else 0.0,
+        "prompt_tok_per_s": prompt_eval / prompt_s if prompt_s else None,
+        "decode_tok_per_s": completion / decode_s if decode_s else None,
+        "tokens_per_decode_step": completion / steps if steps else None,
+        "draft_tokens": sum(c.get("draft_tokens", 0) for c in calls),
     }
 
 
+def same_outputs(
+    a: list[dict[str, Any]], b: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any]
+) -> dict[str, Any]:
+    """How many questions give the same ``key`` in two modes, and which do not."""
+    by_id = {row["question_id"]: row for row in b}
+    differ = [row["question_id"] for row in a if key(row) != key(by_id[row["question_id"]])]
+    return {"n": len(a), "identical": len(a) - len(differ), "differ": differ}
+
+
+def _completions(row: dict[str, Any]) -> list[str]:
+    return [call["text"] for call in row["calls"]]
+
+
+def _sql(row: dict[str, Any]) -> str:
+    return row["pred_sql"]
+
+
+def checks(modes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The identity checks and the issue's targets, for the modes that ran."""
+    rows = {name: mode["rows"] for name, mode in modes.items()}
+    stats = {name: mode["summary"] for name, mode in modes.items()}
+    out: dict[str, Any] = {}
+    if "direct" in rows and "direct_lookup" in rows:
+        out["lookup_identical_completions"] = same_outputs(
+            rows["direct_lookup"], rows["direct"], _completions
+        )
+        out["lookup_speedup"] = stats["direct"]["s_per_question"] / max(
+            stats["direct_lookup"]["s_per_question"], 1e-9
+        )
+    if "direct" in rows and "sc8" in rows:
+        greedy = [{**row, "pred_sql": (row["candidates"] or [""])[0]} for row in rows["sc8"]]
+        out["sc_greedy_is_direct"] = same_outputs(greedy, rows["direct"], _sql)
+        out["sc_over_direct"] = stats["sc8"]["s_per_question"] / max(
+            stats["direct"]["s_per_question"], 1e-9
+        )
+        out["target_sc_at_most_3x_direct"] = out["sc_over_direct"] <= 3.0
+    if "plain" in rows and "naive" in rows:
+        out["naive_sql_is_plain_sql"] = same_outputs(rows["naive"], rows["plain"], _sql)
+    if "plain" in rows and "direct" in rows:
+        ratio = stats["direct"]["s_per_question"] / max(stats["plain"]["s_per_question"], 1e-9)
+        out["direct_over_plain"] = ratio
+        out["target_direct_at_most_0.6x_plain"] = ratio <= 0.6
+        out["direct_ex_minus_plain_ex"] = stats["direct"]["ex"] - stats["plain"]["ex"]
+    return out
+
+
+def _commit() -> str | None:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def main() -> None:
-    """Parse arguments, run every model in both modes, print a table and write JSON."""
+    """Parse arguments, run the chosen modes on the same questions, print a table, write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
-    parser.add_argument("--db", default="world_1", help="Spider database id for the schema prompt")
-    parser.add_argument("--questions", type=int, default=4)
-    parser.add_argument("--prompt-tokens", type=int, default=1500)
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--threads", type=int, default=None, help="default: os.cpu_count()")
-    parser.add_argument("--data", default=None)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_lm.json"))
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="local:NAME or gguf:PATH")
+    parser.add_argument("--slice", default="spider-dev-200")
+    parser.add_argument("--limit", type=int, default=50, help="first N questions of the slice")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--n-threads", type=int, default=None, help="default: default_threads()")
+    parser.add_argument("--lookup", type=int, default=10, help="draft tokens for direct_lookup")
+    parser.add_argument("--samples", type=int, default=8, help="self-consistency samples")
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--out", type=Path, default=RESULTS / "bench_lm_spider50.json")
+    parser.add_argument("--progress", action="store_true", help="a progress bar per mode")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
-    root = data_root(args.data)
-    db = root / "spider" / "database" / args.db / f"{args.db}.sqlite"
-    dev = json.loads((root / "spider" / "dev.json").read_text())
-    questions = [item["question"] for item in dev if item["db_id"] == args.db][: args.questions]
+    from sqlweave.data import load_slice
 
+    examples = load_slice(args.slice)[: args.limit]
+    n_threads = args.n_threads or default_threads()
     results: dict[str, Any] = {
         "machine": {
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
             "python": platform.python_version(),
+            "loadavg_start": os.getloadavg(),
         },
-        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "data")},
-        "models": {},
+        "commit": _commit(),
+        "settings": {
+            "model": args.model,
+            "slice": args.slice,
+            "questions": len(examples),
+            "n_threads": n_threads,
+            "n_ctx": DEFAULT_N_CTX,
+            "lookup": args.lookup,
+            "samples": args.samples,
+            "temperature": args.temperature,
+        },
+        "modes": {},
     }
-    print(
-        f"{'model':<20}{'mode':<7}{'prompt tok':>11}{'eval 2+':>8}{'pp tok/s':>10}"
-        f"{'decode tok/s':>13}{'s call1':>9}{'s/call 2+':>10}{'s/call mean':>12}"
-    )
-    for name in args.models:
-        engine = LlamaCppEngine(f"local:{name}", n_threads=args.threads)
-        llama = engine._loaded().llama
-        schema = schema_prompt(
-            db, lambda text, llama=llama: len(llama.tokenize(text.encode())), args.prompt_tokens
-        )
-        # warm-up: page the weights in so the first measured call is not a disk read
-        run_mode(engine, "warm up", ["Say OK."], reuse=False, max_tokens=4)
-        entry: dict[str, Any] = {"threads": engine.threads}
-        for mode, reuse in (("cold", False), ("reuse", True)):
-            rows = run_mode(engine, schema, questions, reuse=reuse, max_tokens=args.max_tokens)
-            summary = summarise(rows)
-            entry[mode] = {"summary": summary, "calls": rows}
-            print(
-                f"{name:<20}{mode:<7}{summary['prompt_tokens_per_call']:>11.0f}"
-                f"{summary['prompt_tokens_evaluated_calls2plus']:>8.0f}{summary['prompt_tok_per_s']:>10.1f}"
-                f"{summary['decode_tok_per_s']:>13.1f}{summary['s_call1']:>9.2f}"
-                f"{summary['s_per_call_calls2plus']:>10.2f}{summary['s_per_call_mean']:>12.2f}",
-                flush=True,
-            )
-        results["models"][name] = entry
+    model_path = LlamaCppEngine(args.model).model_path()
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {out}")
+    if "plain" in args.modes:
+        plain = plain_script(model_path, examples, n_threads=n_threads, n_ctx=DEFAULT_N_CTX)
+        score(examples, plain["rows"])
+        results["modes"]["plain"] = {
+            "load_s": plain["load_s"],
+            "warmup_s": plain["warmup_s"],
+            "summary": summarise(plain["rows"]),
+            "rows": plain["rows"],
+        }
+
+    sqlweave_modes = [mode for mode in MODES if mode in args.modes and mode != "plain"]
+    if sqlweave_modes:
+        lm, engine = recording_lm(args.model, n_threads=n_threads, lookup=0)
+        started = time.perf_counter()
+        engine._loaded()
+        load_s = time.perf_counter() - started
+        started = time.perf_counter()
+        lm("Say OK.", max_tokens=4)
+        warmup_s = time.perf_counter() - started
+        for mode in sqlweave_modes:
+            mode_lm, mode_engine = lm, engine
+            if mode == "direct_lookup":
+                mode_lm, mode_engine = recording_lm(
+                    args.model, n_threads=n_threads, lookup=args.lookup
+                )
+            rows = run_sqlweave(
+                mode,
+                examples,
+                mode_lm,
+                mode_engine,
+                samples=args.samples,
+                temperature=args.temperature,
+                progress=args.progress,
+            )
+            results["modes"][mode] = {
+                "load_s": load_s,
+                "warmup_s": warmup_s,
+                "summary": summarise(rows),
+                "rows": rows,
+            }
+
+    results["checks"] = checks(results["modes"])
+    results["machine"]["loadavg_end"] = os.getloadavg()
+
+    print(
+        f"{'mode':<15}{'EX':>6}{'s/q':>8}{'calls/q':>9}{'prompt/q':>10}{'evaluated/q':>13}"
+        f"{'pp tok/s':>10}{'decode tok/s':>14}{'tok/step':>10}"
+    )
+    for name, mode in results["modes"].items():
+        s = mode["summary"]
+        print(
+            f"{name:<15}{s['ex'] * 100:>6.1f}{s['s_per_question']:>8.2f}"
+            f"{s['calls_per_question']:>9.1f}{s['prompt_tokens_per_question']:>10.0f}"
+            f"{s['prompt_tokens_evaluated_per_question']:>13.0f}"
+            f"{_fmt(s['prompt_tok_per_s'], '.1f'):>10}{_fmt(s['decode_tok_per_s'], '.1f'):>14}"
+            f"{_fmt(s['tokens_per_decode_step'], '.2f'):>10}"
+        )
+    for name, value in results["checks"].items():
+        shown = (
+            f"{value['identical']}/{value['n']} identical"
+            + (f" (differ: {', '.join(value['differ'][:5])})" if value["differ"] else "")
+            if isinstance(value, dict)
+            else value
+        )
+        print(f"{name}: {shown}")
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
