@@ -1,4 +1,4 @@
-"""Dubo-SQL v1 and v2 (BIRD) as DSPy programs.
+"""Dubo-SQL v1 and v2 (BIRD) as DSPy programs composed from sqlweave's stages.
 
 **v1** (:class:`DuboV1`) is one concise call: the schema as ``CREATE TABLE`` statements without
 primary keys (foreign keys kept) with up to five sample rows per table in CSV, then the evidence
@@ -12,6 +12,11 @@ its description and up to five example values; four demos retrieved by question 
 most one demo per database (diverse retrieval); demos as earlier user/assistant turns in the same
 format as the real question; the answer as a JSON object; an error-correction loop.
 
+Both are a :class:`~sqlweave.programs.base.Generator` followed by the ``execution`` corrector, v2
+with a :class:`~sqlweave.programs.demos.DemoSource` in front. The roles of
+:mod:`sqlweave.programs.stages` are replaceable: ``linker`` (default ``none``; a link prunes the
+schema before the generation, as there is no draft yet), ``selector`` (default ``first``; another
+one chooses between the corrected query and the draft) and ``corrector`` (default ``execution``).
 Each component is a constructor switch, and ``ABLATIONS`` lists the paper's ablation rows.
 """
 
@@ -19,15 +24,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from typing import Any, ClassVar
 
 import dspy
 
+from sqlweave.caches import CACHE, db_key
 from sqlweave.db import Database
-from sqlweave.programs.base import SQLProgram, predict_sql, resolve_database
-from sqlweave.programs.correction import CorrectionLoop
+from sqlweave.programs import stages as stage_registry
+from sqlweave.programs.base import Generator, SQLProgram, resolve_database
+from sqlweave.programs.demos import DemoSource
+from sqlweave.programs.linking import LinkedSchema
 from sqlweave.schema import Schema, introspect, render_columns, render_ddl_with_rows
 from sqlweave.signatures import GenerateSQL
 
@@ -44,81 +51,79 @@ def estimate_tokens(text: str) -> int:
     return int(len(text) / CHARS_PER_TOKEN) + 1
 
 
-class _SharedCache:
-    """Per-program caches that every copy of the program shares.
-
-    DSPy optimizers deep-copy programs many times; the demo pool, the retriever (an embedding
-    matrix over thousands of questions) and rendered schemas are read-only and would only cost
-    memory and time if copied, so ``deepcopy`` returns the same object.
-    """
-
-    def __init__(self, pool: list[Any] | None = None, encoder: Any = None) -> None:
-        self.pool = pool
-        self.encoder = encoder
-        self.retriever: Any = None
-        self.texts: dict[tuple[Any, ...], Any] = {}
-        self.lock = threading.Lock()
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _SharedCache:
-        return self
-
-    def __copy__(self) -> _SharedCache:
-        return self
-
-    def memo(self, key: tuple[Any, ...], build: Any) -> Any:
-        """``build()`` once per ``key`` (schema texts repeat: questions share databases)."""
-        with self.lock:
-            if key in self.texts:
-                return self.texts[key]
-        value = build()
-        with self.lock:
-            self.texts.setdefault(key, value)
-            return self.texts[key]
-
-
-def _db_key(db: Database) -> tuple[str, str]:
-    return (db.fingerprint, db.name)
-
-
 def _field(example: Any, key: str) -> Any:
     """A field of a pool example (a ``dspy.Example`` or a mapping); None when absent."""
     getter = getattr(example, "get", None)
     return getter(key, None) if callable(getter) else getattr(example, key, None)
 
 
+def _link_key(linked: LinkedSchema | None) -> Hashable:
+    """What a cached schema text depends on from a link (None: the whole schema)."""
+    return tuple(linked.names()) if linked else None
+
+
+class _Dubo(SQLProgram):
+    """What both versions share: the role stages and generate → correct → select."""
+
+    #: The stage name of the correction slot (the paper's word for it in each version).
+    correction_stage = "correction"
+
+    def _build_stages(
+        self,
+        linker: str | dspy.Module,
+        selector: str | dspy.Module,
+        corrector: str | dspy.Module,
+        correction: dict[str, Any] | None,
+    ) -> None:
+        """The linker, the generator, the corrector (``correction``: the execution corrector's
+        options, None when the version's correction switch is off) and the selector."""
+        self.linker = stage_registry.build("linker", linker)
+        self.generate = Generator(GenerateSQL)
+        if correction is not None:
+            self.corrector = stage_registry.build(
+                "corrector", corrector, **(correction if corrector == "execution" else {})
+            )
+        self.selector = stage_registry.build("selector", selector)
+
+    def _link(
+        self, schema: Schema, schema_text: str, stages: list[str], **ask: Any
+    ) -> LinkedSchema | None:
+        """The linker's link before generation (no draft yet: ``sql=""``); None for ``none``."""
+        if stage_registry.name_of("linker", self.linker) == "none":
+            return None
+        db = ask["db"]
+        stages.append("linking")
+        return self.linker(
+            **ask, schema=schema, sql="", db_schema=schema_text, dialect=db.dialect
+        ).linked
+
+    def _correct(
+        self, draft: str, schema_text: str, stages: list[str], **ask: Any
+    ) -> tuple[str, int, list[dict[str, Any]]]:
+        """``(sql, rounds, history)`` from the corrector, or the draft when it is off."""
+        corrector = getattr(self, "corrector", None)
+        if corrector is None or stage_registry.name_of("corrector", corrector) == "none":
+            return draft, 0, []
+        fixed = corrector(sql=draft, db_schema=schema_text, **ask)
+        stages.append(self.correction_stage)
+        return fixed.sql, fixed.rounds, list(fixed.history)
+
+    def _select(
+        self, written: list[str], schema_text: str, stages: list[str], **ask: Any
+    ) -> tuple[str, list[str] | None]:
+        """The selector's choice among the queries written (latest first), when it is not
+        ``first`` and they differ; returns ``(sql, candidates or None)``."""
+        distinct = list(dict.fromkeys(q for q in written if q))
+        if stage_registry.name_of("selector", self.selector) == "first" or len(distinct) < 2:
+            return written[0], None
+        stages.append("selection")
+        return self.selector(candidates=distinct, db_schema=schema_text, **ask).sql, distinct
+
+
 # --- v1 -------------------------------------------------------------------------------------------
 
 
-def _draft_then_fix(
-    generate: dspy.Predict,
-    fixer: CorrectionLoop | None,
-    *,
-    db: Database,
-    schema_text: str,
-    question: str,
-    evidence: str,
-    demos: list[Any] | None = None,
-) -> tuple[str, str, str, int, list[Any]]:
-    """Both versions' core: one generation call, then ``fixer`` (if any) on the draft.
-
-    Returns ``(draft, raw, sql, correction rounds, correction history)``.
-    """
-    per_call = {} if demos is None else {"demos": demos}
-    draft, raw = predict_sql(
-        generate,
-        **per_call,
-        dialect=db.dialect,
-        db_schema=schema_text,
-        question=question,
-        evidence=evidence,
-    )
-    if fixer is None:
-        return draft, raw, draft, 0, []
-    fixed = fixer(sql=draft, db=db, question=question, evidence=evidence, db_schema=schema_text)
-    return draft, raw, fixed.sql, fixed.rounds, fixed.history
-
-
-class DuboV1(SQLProgram):
+class DuboV1(_Dubo):
     """Dubo-SQL v1: concise DDL with sample rows + evidence + question → bare SQL; one retry.
 
     Switches:
@@ -130,9 +135,10 @@ class DuboV1(SQLProgram):
     * ``descriptions`` (False): BIRD column descriptions as DDL comments (the paper's v1 prompt has
       none; v2 adds them);
     * ``retry_on_error`` (True): when the SQL fails to execute, one more call with the SQL and the
-      error (:class:`~sqlweave.programs.correction.CorrectionLoop` with ``max_rounds=1``). The
-      paper continues the chat (prompt, answer, error); here the same content - schema, question,
-      evidence, failed SQL, error - goes into one correction prompt.
+      error (the ``execution`` corrector with ``max_rounds=1``). The paper continues the chat
+      (prompt, answer, error); here the same content - schema, question, evidence, failed SQL,
+      error - goes into one correction prompt;
+    * ``linker``, ``selector``, ``corrector``: the stage roles (module docstring).
 
     Primary keys and constraints are left out, foreign keys kept, as in the paper. The paper's
     prompt has no instruction and no demos because its model was fine-tuned on BIRD train; here
@@ -141,6 +147,7 @@ class DuboV1(SQLProgram):
     """
 
     name = "dubo_v1"
+    correction_stage = "retry"
 
     ABLATIONS: ClassVar[dict[str, dict[str, Any]]] = {
         "full": {},
@@ -153,6 +160,9 @@ class DuboV1(SQLProgram):
         retry_on_error: bool = True,
         max_schema_tokens: int = 3000,
         descriptions: bool = False,
+        linker: str | dspy.Module = "none",
+        selector: str | dspy.Module = "first",
+        corrector: str | dspy.Module = "execution",
     ) -> None:
         if sample_rows < 0:
             raise ValueError("sample_rows must be >= 0")
@@ -163,27 +173,41 @@ class DuboV1(SQLProgram):
             retry_on_error=retry_on_error,
             max_schema_tokens=max_schema_tokens,
             descriptions=descriptions,
+            linker=stage_registry.name_of("linker", linker),
+            selector=stage_registry.name_of("selector", selector),
+            corrector=stage_registry.name_of("corrector", corrector),
         )
         self.sample_rows = sample_rows
         self.retry_on_error = retry_on_error
         self.max_schema_tokens = max_schema_tokens
         self.descriptions = descriptions
-        self._cache = _SharedCache()
-        self.generate = dspy.Predict(GenerateSQL)
-        if retry_on_error:
-            self.retry = CorrectionLoop(max_rounds=1, multi_turn=True)
+        retry = {"max_rounds": 1, "multi_turn": True} if retry_on_error else None
+        self._build_stages(linker, selector, corrector, retry)
 
-    def schema_text(self, db: Database) -> tuple[str, int]:
-        """The v1 schema block for ``db`` and how many sample rows per table it shows.
+    def _schema(self, db: Database) -> Schema:
+        return introspect(db, sample_rows=max(5, self.sample_rows))
+
+    def schema_text(self, db: Database, linked: LinkedSchema | None = None) -> tuple[str, int]:
+        """The v1 schema block for ``db`` (only what ``linked`` keeps) and how many sample rows
+        per table it shows; cached per database, switches and link.
 
         Rows are dropped one at a time (for every table alike) until the block fits
         ``max_schema_tokens``; a schema too large even without rows is shown whole, since dropping
         tables would hide what the question may need.
         """
-        return self._cache.memo(("v1", *_db_key(db)), lambda: self._render(db))
+        key = (
+            db_key(db),
+            self.sample_rows,
+            self.max_schema_tokens,
+            self.descriptions,
+            _link_key(linked),
+        )
+        return CACHE.memo("dubo_v1.schema", key, lambda: self._render(db, linked))
 
-    def _render(self, db: Database) -> tuple[str, int]:
-        schema = introspect(db, sample_rows=max(5, self.sample_rows))
+    def _render(self, db: Database, linked: LinkedSchema | None) -> tuple[str, int]:
+        schema = self._schema(db)
+        if linked:
+            schema = linked.subset(schema)
         text = ""
         for rows in range(self.sample_rows, -1, -1):
             text = render_ddl_with_rows(
@@ -201,33 +225,69 @@ class DuboV1(SQLProgram):
         return text, 0
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
-        """One generation call, then (``retry_on_error``) one correction call if the SQL fails."""
+        """One generation call, then (``retry_on_error``) one correction call if the SQL fails.
+
+        Besides the output contract (:mod:`sqlweave.programs.stages`): ``draft_sql``, ``raw``,
+        ``schema``, ``sample_rows`` (rows shown per table) and ``correction_rounds``.
+        """
+        ask = {"db": db, "question": question, "evidence": evidence}
+        stages: list[str] = []
         schema_text, rows = self.schema_text(db)
-        draft, raw, sql, rounds, history = _draft_then_fix(
-            self.generate,
-            self.retry if self.retry_on_error else None,
-            db=db,
-            schema_text=schema_text,
-            question=question,
-            evidence=evidence,
+        linked = self._link(self._schema(db), schema_text, stages, **ask)
+        if linked:
+            schema_text, rows = self.schema_text(db, linked)
+
+        draft = self.generate(
+            dialect=db.dialect, db_schema=schema_text, question=question, evidence=evidence
         )
-        return dspy.Prediction(
-            sql=sql,
-            draft_sql=draft,
-            raw=raw,
+        stages.append("generate")
+        sql, rounds, history = self._correct(draft.sql, schema_text, stages, **ask)
+        sql, candidates = self._select([sql, draft.sql], schema_text, stages, **ask)
+
+        return stage_registry.result(
+            sql,
+            stages=stages,
+            candidates=candidates,
+            linked=linked,
+            history=history,
+            draft_sql=draft.sql,
+            raw=draft.raw,
             schema=schema_text,
             sample_rows=rows,
             correction_rounds=rounds,
-            correction_history=history,
-            stages=1 + int(self.retry_on_error),
-            lm_calls=1 + rounds,
         )
 
 
 # --- v2 -------------------------------------------------------------------------------------------
 
 
-class DuboV2(SQLProgram):
+class _EncodedDemoSource(DemoSource):
+    """A :class:`DemoSource` whose embedding retriever uses an injected ``encoder``.
+
+    The encoder (a sentence model) is kept in :data:`sqlweave.caches.CACHE` like the pool, and
+    this object holds only its token, so deep copies of the program share it.
+    """
+
+    def __init__(self, *args: Any, encoder: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._encoder = CACHE.put(encoder) if encoder is not None else None
+
+    def retriever(self) -> Any:
+        if self._encoder is None:
+            return super().retriever()
+        from sqlweave.programs.retrieval import make_retriever
+
+        key = (self.strategy, self._pool or self.source, self._encoder)
+        key += tuple(sorted(self.options.items()))
+        encoder = CACHE.get(self._encoder)
+        return CACHE.memo(
+            "retriever",
+            key,
+            lambda: make_retriever(self.strategy, self.pool(), encoder=encoder, **self.options),
+        )
+
+
+class DuboV2(_Dubo):
     """Dubo-SQL v2: per-column schema lines, diverse retrieved demos, JSON answer, correction loop.
 
     Switches (defaults = the full system):
@@ -241,7 +301,7 @@ class DuboV2(SQLProgram):
       ``{"sql": ...}`` through DSPy's :class:`~dspy.JSONAdapter`, which also shows the demos'
       answers as JSON. Off = the adapter configured for all programs, i.e. plain SQL;
     * ``error_correction`` (True) and ``correction_rounds`` (3, not stated in the paper): while the
-      SQL fails to execute, show the error and ask for a fix;
+      SQL fails to execute, show the error and ask for a fix (the ``execution`` corrector);
     * ``example_values`` (5): example values per column in the schema lines;
     * ``demo_schema`` (``"used"``): the schema shown in each demo turn: ``"full"`` (the paper: the
       demo's whole database, in the same format as the question's), ``"used"`` (only the tables its
@@ -249,11 +309,13 @@ class DuboV2(SQLProgram):
       ``"none"``;
     * ``pool_source`` (``"spider"``): the train pool (:func:`~sqlweave.programs.pools.default_pool`)
       used when no ``pool`` is passed; ``"bird"`` falls back to Spider where no BIRD train set is
-      installed.
+      installed;
+    * ``linker``, ``selector``, ``corrector``: the stage roles (module docstring).
 
     ``pool`` (train examples) and ``encoder`` (anything with ``encode(texts)``) may be injected;
-    they are not switches and are not saved with a compiled program. Questions are embedded with
-    the local all-MiniLM-L6-v2 instead of the paper's text-embedding-3-large.
+    they are not switches and are not saved with a compiled program. The :class:`DemoSource`
+    (``demo_source``) keeps them in the process cache, so copies share them. Questions are embedded
+    with the local all-MiniLM-L6-v2 instead of the paper's text-embedding-3-large.
 
     The paper's remaining ablation rows swap the LM (v1's fine-tuned model; GPT-3.5 Turbo): that is
     a choice of LM, not of program, so ``ABLATIONS`` leaves them to the experiment runner.
@@ -280,6 +342,9 @@ class DuboV2(SQLProgram):
         example_values: int = 5,
         demo_schema: str = "used",
         pool_source: str = "spider",
+        linker: str | dspy.Module = "none",
+        selector: str | dspy.Module = "first",
+        corrector: str | dspy.Module = "execution",
         *,
         pool: list[Any] | None = None,
         encoder: Any = None,
@@ -303,6 +368,9 @@ class DuboV2(SQLProgram):
             example_values=example_values,
             demo_schema=demo_schema,
             pool_source=pool_source,
+            linker=stage_registry.name_of("linker", linker),
+            selector=stage_registry.name_of("selector", selector),
+            corrector=stage_registry.name_of("corrector", corrector),
         )
         self.num_demos = num_demos
         self.diverse = diverse
@@ -312,56 +380,39 @@ class DuboV2(SQLProgram):
         self.example_values = example_values
         self.demo_schema = demo_schema
         self.pool_source = pool_source
-        self._cache = _SharedCache(list(pool) if pool is not None else None, encoder)
-        self.generate = dspy.Predict(GenerateSQL)
-        if error_correction:
-            self.correction = CorrectionLoop(max_rounds=correction_rounds, multi_turn=True)
-
-    # -- lazily built, shared state --------------------------------------------------------------
-
-    def pool(self) -> list[Any]:
-        """The demo pool: the injected one, else the default train pool (loaded on first use)."""
-        cache = self._cache
-        if cache.pool is None:
-            from sqlweave.programs.pools import default_pool
-
-            with cache.lock:
-                if cache.pool is None:
-                    cache.pool = default_pool(self.pool_source)
-        return cache.pool
-
-    def retriever(self) -> Any:
-        """Question-embedding retriever over the pool, built once (embedding the pool is slow)."""
-        cache = self._cache
-        if cache.retriever is None:
-            from sqlweave.programs.retrieval import make_retriever
-
-            pool = self.pool()
-            with cache.lock:
-                if cache.retriever is None:
-                    cache.retriever = make_retriever(
-                        "question",
-                        pool,
-                        encoder=cache.encoder,
-                        one_per_db=self.diverse,
-                        exclude_same_db=True,
-                    )
-        return cache.retriever
+        self.demo_source = _EncodedDemoSource(
+            "question",
+            num_demos,
+            source=pool_source,
+            pool=pool,
+            encoder=encoder,
+            options={"one_per_db": diverse, "exclude_same_db": True},
+        )
+        loop = {"max_rounds": correction_rounds, "multi_turn": True} if error_correction else None
+        self._build_stages(linker, selector, corrector, loop)
 
     def _schema(self, db: Database) -> Schema:
         return introspect(db, distinct_values=max(5, self.example_values))
 
-    def schema_text(self, db: Database, tables: frozenset[str] | None = None) -> str:
-        """Per-column lines for ``db`` (only ``tables`` when given), cached per database."""
-        key = ("v2", *_db_key(db), tables)
+    def schema_text(
+        self,
+        db: Database,
+        tables: frozenset[str] | None = None,
+        linked: LinkedSchema | None = None,
+    ) -> str:
+        """Per-column lines for ``db`` (only ``tables``, or what ``linked`` keeps, when given),
+        cached per database, ``example_values`` and subset."""
+        key = (db_key(db), self.example_values, tables, _link_key(linked))
 
         def build() -> str:
             schema = self._schema(db)
             if tables is not None:
                 schema = schema.subset(tables=sorted(tables))
+            if linked:
+                schema = linked.subset(schema)
             return render_columns(schema, examples=self.example_values)
 
-        return self._cache.memo(key, build)
+        return CACHE.memo("dubo_v2.schema", key, build)
 
     def _demo_schema_text(self, example: Any) -> str:
         """The schema shown in a demo turn, in the same format as the question's own."""
@@ -387,12 +438,9 @@ class DuboV2(SQLProgram):
     ) -> tuple[list[Any], list[dspy.Example]]:
         """``(pool examples, GenerateSQL demos)``, ``num_demos`` of each, the most similar last
         (nearest to the question: the turn the model reads just before answering)."""
-        if self.num_demos == 0:
-            return [], []
         from sqlweave.programs.retrieval import as_demos
 
-        query = {"question": question, "db_id": db.name, "evidence": evidence}
-        found = list(reversed(self.retriever().retrieve(query, self.num_demos)))
+        found = list(reversed(self.demo_source.retrieve(question, db, evidence)))
         return found, as_demos(found, dialect=db.dialect, schema_text=self._demo_schema_text)
 
     @contextlib.contextmanager
@@ -406,31 +454,46 @@ class DuboV2(SQLProgram):
             yield
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
-        """Retrieve demos, generate (JSON), then correct while the SQL fails to execute."""
+        """Retrieve demos, generate (JSON), then correct while the SQL fails to execute.
+
+        Besides the output contract (:mod:`sqlweave.programs.stages`; ``demos`` are the retrieved
+        questions, most similar last): ``draft_sql``, ``raw``, ``schema``, ``demo_db_ids`` and
+        ``correction_rounds``.
+        """
+        ask = {"db": db, "question": question, "evidence": evidence}
+        stages: list[str] = []
         schema_text = self.schema_text(db)
-        found, retrieved = self.retrieve_demos(question, db, evidence)
-        demos = list(self.generate.demos) + retrieved
+        found, demos = self.retrieve_demos(question, db, evidence)
+        if self.demo_source.active:
+            stages.append("demos")
+        linked = self._link(self._schema(db), schema_text, stages, **ask)
+        if linked:
+            schema_text = self.schema_text(db, linked=linked)
+
         with self._answer_format():
-            draft, raw, sql, rounds, history = _draft_then_fix(
-                self.generate,
-                self.correction if self.error_correction else None,
-                db=db,
-                schema_text=schema_text,
+            draft = self.generate(
+                demos=demos,
+                dialect=db.dialect,
+                db_schema=schema_text,
                 question=question,
                 evidence=evidence,
-                demos=demos,
             )
-        return dspy.Prediction(
-            sql=sql,
-            draft_sql=draft,
-            raw=raw,
+            stages.append("generate")
+            sql, rounds, history = self._correct(draft.sql, schema_text, stages, **ask)
+        sql, candidates = self._select([sql, draft.sql], schema_text, stages, **ask)
+
+        return stage_registry.result(
+            sql,
+            stages=stages,
+            candidates=candidates,
+            linked=linked,
+            demos=demos,
+            history=history,
+            draft_sql=draft.sql,
+            raw=draft.raw,
             schema=schema_text,
-            demo_questions=[d.question for d in retrieved],
             demo_db_ids=[str(_field(ex, "db_id") or "") for ex in found],
             correction_rounds=rounds,
-            correction_history=history,
-            stages=int(self.num_demos > 0) + 1 + int(self.error_correction),
-            lm_calls=1 + rounds,
         )
 
 

@@ -8,8 +8,10 @@ the correction loop; and that every ablation row builds and runs.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import shutil
 import zlib
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from dspy.utils import DummyLM
 
 from sqlweave import programs
 from sqlweave.db import Database
+from sqlweave.programs import stages
 from sqlweave.programs.dubo import DuboV1, DuboV2, estimate_tokens
 
 QUESTION = "How many singers are there?"
@@ -107,10 +110,11 @@ def test_registry_names() -> None:
 
 
 def test_predictors_are_named_after_the_stages() -> None:
-    assert [n for n, _ in DuboV1().named_predictors()] == ["generate", "retry.correct"]
-    assert [n for n, _ in DuboV1(retry_on_error=False).named_predictors()] == ["generate"]
-    assert [n for n, _ in DuboV2().named_predictors()] == ["generate", "correction.correct"]
-    assert [n for n, _ in DuboV2(error_correction=False).named_predictors()] == ["generate"]
+    both = ["generate", "corrector.correct"]
+    assert [n for n, _ in DuboV1().named_predictors()] == both
+    assert [n for n, _ in DuboV1(retry_on_error=False).named_predictors()] == both[:1]
+    assert [n for n, _ in DuboV2().named_predictors()] == both
+    assert [n for n, _ in DuboV2(error_correction=False).named_predictors()] == both[:1]
 
 
 def test_bad_switches_are_refused() -> None:
@@ -129,8 +133,8 @@ def test_v1_prompt_is_ddl_with_csv_rows_fks_and_no_primary_keys(db: Database) ->
     lm = DummyLM([{"sql": GOOD}])
     with dspy.context(lm=lm):
         pred = DuboV1()(question=QUESTION, db=db, evidence="singers are people who sing")
-    assert pred.sql == GOOD and pred.lm_calls == 1 and len(lm.history) == 1
-    assert pred.stages == 2  # generation, then the execution check that found nothing to fix
+    assert pred.sql == GOOD and len(lm.history) == 1
+    assert pred.stages == ["generate", "retry"]  # the execution check found nothing to fix
     prompt = last_user(lm)
     assert QUESTION in prompt and "singers are people who sing" in prompt
     assert 'CREATE TABLE "singer" ("Singer_ID" INTEGER, "Name" TEXT' in prompt
@@ -164,7 +168,7 @@ def test_v1_retries_once_with_the_error(db: Database) -> None:
     with dspy.context(lm=lm):
         pred = DuboV1()(question=QUESTION, db=db)
     assert pred.draft_sql == BAD and pred.sql == GOOD
-    assert len(lm.history) == 2 and pred.correction_rounds == 1 and pred.lm_calls == 2
+    assert len(lm.history) == 2 and pred.correction_rounds == 1
     retry_prompt = last_user(lm)
     assert BAD in retry_prompt and "no such table" in retry_prompt.lower()
     assert 'CREATE TABLE "singer" (' in retry_prompt  # the same schema as the first call
@@ -183,7 +187,7 @@ def test_v1_without_retry_makes_one_call(db: Database) -> None:
     lm = DummyLM([{"sql": BAD}, {"corrected_sql": GOOD}])
     with dspy.context(lm=lm):
         pred = DuboV1(retry_on_error=False)(question=QUESTION, db=db)
-    assert pred.sql == BAD and len(lm.history) == 1 and pred.stages == 1 and pred.lm_calls == 1
+    assert pred.sql == BAD and len(lm.history) == 1 and pred.stages == ["generate"]
 
 
 def test_v1_no_call_for_retry_when_sql_runs(db: Database) -> None:
@@ -200,8 +204,8 @@ def test_v2_full_prompt_demos_as_turns_and_json(db: Database, pool) -> None:
     lm = json_lm([{"sql": GOOD}])
     with dspy.context(lm=lm):
         pred = v2(pool)(question=QUESTION, db=db, evidence="")
-    assert pred.sql == GOOD and len(lm.history) == 1 and pred.lm_calls == 1
-    assert pred.stages == 3  # retrieval, generation, execution check
+    assert pred.sql == GOOD and len(lm.history) == 1
+    assert pred.stages == ["demos", "generate", "correction"]
     msgs = messages(lm)
     # system, then 4 demos as user/assistant pairs, then the question
     assert [m["role"] for m in msgs] == ["system"] + ["user", "assistant"] * 4 + ["user"]
@@ -213,7 +217,7 @@ def test_v2_full_prompt_demos_as_turns_and_json(db: Database, pool) -> None:
     # diverse: four databases, none of them the question's own
     assert len(set(pred.demo_db_ids)) == 4 and "concert_singer" not in pred.demo_db_ids
     # the most similar demo sits right before the question
-    assert pred.demo_questions[-1] == "How many singers are there?"
+    assert pred.demos[-1] == "How many singers are there?"
     assert pred.demo_db_ids[-1] == "musical"
     assert QUESTION in msgs[-3]["content"] and "musical" not in msgs[-1]["content"]
     # demos answer in the same format as the model: JSON holding the gold SQL
@@ -234,7 +238,7 @@ def test_v2_num_demos_and_demo_schema_switches(db: Database, pool) -> None:
     lm = json_lm([{"sql": GOOD}, {"sql": GOOD}, {"sql": GOOD}])
     with dspy.context(lm=lm):
         pred = v2(pool, num_demos=0)(question=QUESTION, db=db)
-        assert pred.demo_questions == [] and len(messages(lm)) == 2
+        assert pred.demos == [] and len(messages(lm)) == 2
         v2(pool, num_demos=1, demo_schema="none")(question=QUESTION, db=db)
         demo_user = messages(lm)[1]["content"]
         assert "How many singers are there?" in demo_user and "actor." not in demo_user
@@ -301,7 +305,7 @@ def test_v2_correction_loop_runs_until_the_sql_runs(db: Database, pool) -> None:
     with dspy.context(lm=lm):
         pred = v2(pool)(question=QUESTION, db=db)
     assert pred.draft_sql == BAD and pred.sql == GOOD
-    assert len(lm.history) == 3 and pred.correction_rounds == 2 and pred.lm_calls == 3
+    assert len(lm.history) == 3 and pred.correction_rounds == 2
     assert "Singer_ID" in last_user(lm) and "no such column" in last_user(lm).lower()
     assert json.loads(lm.history[-1]["outputs"][0]) == {"corrected_sql": GOOD}
 
@@ -343,7 +347,7 @@ def test_v2_every_ablation_runs(db: Database, pool, config: str) -> None:
         pred = program(question=QUESTION, db=db)
     assert len(lm.history) == (2 if program.error_correction else 1)
     assert pred.sql == (GOOD if program.error_correction else BAD)
-    assert len(pred.demo_questions) == 4
+    assert len(pred.demos) == 4
     assert (len(set(pred.demo_db_ids)) == 4) is program.diverse
 
 
@@ -363,12 +367,17 @@ def test_copies_share_the_pool_and_retriever(db: Database, pool) -> None:
     lm = json_lm([{"sql": GOOD}, {"sql": GOOD}])
     with dspy.context(lm=lm):
         program(question=QUESTION, db=db)
-        copy = program.deepcopy()
+        twin = program.deepcopy()
         fresh = program.reset_copy()
-        assert copy._cache is program._cache and fresh._cache is program._cache
-        assert copy.generate is not program.generate
-        copy(question=QUESTION, db=db)
-    assert program._cache.retriever is not None
+        plain = copy.deepcopy(program)
+        source = program.demo_source
+        for other in (twin, fresh, plain):
+            # The pool, the encoder and the retriever are held as cache tokens: shared, not copied.
+            assert other.demo_source.pool() is source.pool()
+            assert other.demo_source.retriever() is source.retriever()
+        assert twin.generate is not program.generate
+        twin(question=QUESTION, db=db)
+    assert all(isinstance(t, str) for t in (source._pool, source._encoder))
 
 
 def test_v2_artifact_round_trip(tmp_path: Path) -> None:
@@ -384,6 +393,109 @@ def test_v2_artifact_round_trip(tmp_path: Path) -> None:
     inner = loaded if isinstance(loaded, DuboV2) else loaded.program
     assert inner.diverse is False and inner.correction_rounds == 1
     assert inner.generate.demos[0]["sql"] == "SELECT 1"
+
+
+# --- stages: every linker, selector and corrector (issue 14) -----------------------------------------
+
+#: A bundled question whose draft the scripted LM breaks, so correction and selection have work.
+STAGE_QUESTION = "What is the average, minimum, and maximum age of all singers from France?"
+ROLE_CHOICES = [
+    (program, role, name)
+    for program in ("dubo_v1", "dubo_v2")
+    for role, names in stages.available().items()
+    for name in names
+]
+
+
+@pytest.fixture()
+def bundled_db(tmp_path: Path, demo_concert_db: Path) -> Database:
+    target = tmp_path / "concert_singer.sqlite"
+    shutil.copy(demo_concert_db, target)
+    return Database.open(target)
+
+
+@pytest.fixture(scope="module")
+def bundled_pool(demo_concert_db: Path) -> list[dspy.Example]:
+    """A small train pool over the databases of the demo bundle (no ../shared/data needed)."""
+    root = demo_concert_db.parents[1]
+    rows = [
+        ("musical", "How many musicals are there?", "SELECT count(*) FROM musical"),
+        ("singer", "How many singers are there?", "SELECT count(*) FROM singer"),
+        ("book_2", "How many books are there?", "SELECT count(*) FROM book"),
+        ("entrepreneur", "What is the average height of people?", "SELECT avg(Height) FROM people"),
+        ("poker_player", "What is the maximum earnings?", "SELECT max(Earnings) FROM poker_player"),
+    ]
+    return [
+        dspy.Example(
+            question=question,
+            db_id=db_id,
+            evidence="",
+            db_path=str(root / db_id / f"{db_id}.sqlite"),
+            gold_sql=sql,
+            split="train",
+        ).with_inputs("question", "db_id", "evidence", "db_path")
+        for db_id, question, sql in rows
+    ]
+
+
+def test_roles_default_to_the_papers_choice() -> None:
+    for program in (DuboV1(), DuboV2()):
+        assert {r: program.switches[r] for r in stages.ROLES} == {
+            "linker": "none",
+            "selector": "first",
+            "corrector": "execution",
+        }
+    assert DuboV1().corrector.max_rounds == 1 and DuboV1().corrector.multi_turn
+    assert DuboV2(correction_rounds=5).corrector.max_rounds == 5
+    assert not hasattr(DuboV1(retry_on_error=False), "corrector")
+
+
+@pytest.mark.parametrize(
+    ("program", "role", "name"), ROLE_CHOICES, ids=[f"{p}-{r}={n}" for p, r, n in ROLE_CHOICES]
+)
+def test_every_stage_of_every_role_runs(
+    bundled_db: Database, bundled_pool, program: str, role: str, name: str
+) -> None:
+    from record_prompts import ScriptedLM
+
+    extra = {"pool": bundled_pool, "encoder": BagOfWords()} if program == "dubo_v2" else {}
+    module = programs.get(program, **{role: name}, **extra)
+    assert module.switches[role] == name
+    lm = ScriptedLM()
+    with dspy.context(lm=lm):
+        pred = module(question=STAGE_QUESTION, db=bundled_db)
+    assert set(stages.CONTRACT) <= set(pred.keys())
+    assert all(isinstance(pred[field], list) for field in stages.CONTRACT[1:])
+    assert pred.sql and "generate" in pred.stages and lm.calls
+    if program == "dubo_v2":
+        assert pred.stages[0] == "demos" and len(pred.demos) == 4
+        assert "concert_singer" not in pred.demo_db_ids
+    slot = "retry" if program == "dubo_v1" else "correction"
+    if role == "linker":
+        assert ("linking" in pred.stages) == (name != "none")
+        if name != "none":
+            assert pred.stages.index("linking") == pred.stages.index("generate") - 1
+    if role == "selector":
+        assert ("selection" in pred.stages) == (name != "first")
+        if name != "first":
+            # the corrected query first, then the draft it came from
+            assert len(pred.candidates) == 2 and pred.sql in pred.candidates
+            assert pred.candidates[-1] == pred.draft_sql
+    if role == "corrector":
+        assert (slot in pred.stages) == (name != "none")
+    if (role, name) == ("corrector", "execution"):
+        assert pred.history and pred.correction_rounds == 1
+
+
+def test_a_linker_prunes_the_schema_before_generation(bundled_db: Database) -> None:
+    lm = DummyLM([{"sql": GOOD}])
+    with dspy.context(lm=lm):
+        pred = DuboV1(linker="values")(question=STAGE_QUESTION, db=bundled_db)
+    assert pred.stages == ["linking", "generate", "retry"]
+    assert "singer.Country" in pred.linked
+    prompt = last_user(lm)
+    assert 'CREATE TABLE "singer"' in prompt and 'CREATE TABLE "stadium"' not in prompt
+    assert pred.schema in prompt
 
 
 # --- PostgreSQL (optional) ---------------------------------------------------------------------------
