@@ -25,7 +25,8 @@ class DemoSource:
     (:func:`sqlweave.programs.pools.default_retriever`, shared by every program of the process);
     a ``pool`` or a ready ``retriever`` is kept in :data:`sqlweave.caches.CACHE` and this object
     holds only its token, so the copies DSPy optimizers make share it instead of copying a
-    7k-example pool and its embedding matrix. ``options`` go to the retriever.
+    7k-example pool and its embedding matrix. ``options`` go to the retriever; an ``encoder`` (a
+    model object, for the embedding retrievers) is kept by token the same way.
 
     Not a ``dspy.Module``: it has no LM call and nothing an optimizer could tune; programs hold
     one as a plain attribute and say in their switches how it was built.
@@ -40,6 +41,7 @@ class DemoSource:
         pool: Iterable[Any] | None = None,
         retriever: DemoRetriever | None = None,
         options: Mapping[str, Any] | None = None,
+        encoder: Any = None,
     ) -> None:
         if k < 0:
             raise ValueError(f"the number of demos must be >= 0, got {k}")
@@ -49,6 +51,12 @@ class DemoSource:
         self.options = dict(options or {})
         self._pool = CACHE.put(list(pool)) if pool is not None else None
         self._retriever = CACHE.put(retriever) if retriever is not None else None
+        self._encoder = CACHE.put(encoder) if encoder is not None else None
+
+    def _options(self) -> dict[str, Any]:
+        if self._encoder is None:
+            return self.options
+        return {**self.options, "encoder": CACHE.get(self._encoder)}
 
     @property
     def active(self) -> bool:
@@ -66,10 +74,10 @@ class DemoSource:
         if self._retriever is not None:
             return CACHE.get(self._retriever)
         if self._pool is None:
-            return default_retriever(self.strategy, self.source, **self.options)
-        key = (self.strategy, self._pool, tuple(sorted(self.options.items())))
+            return default_retriever(self.strategy, self.source, **self._options())
+        key = (self.strategy, self._pool, tuple(sorted(self.options.items())), self._encoder)
         return CACHE.memo(
-            "retriever", key, lambda: make_retriever(self.strategy, self.pool(), **self.options)
+            "retriever", key, lambda: make_retriever(self.strategy, self.pool(), **self._options())
         )
 
     def retrieve(

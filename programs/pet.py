@@ -41,26 +41,46 @@ Local equivalents of what the paper did with five different LLMs (say so when re
   greedy candidates only, since sampling adds noise where the greedy answer is usually right;
   hard and extra: everyone). Sources that do not vote at the predicted grade are not generated.
 
-Calls per question with the defaults: 1 (PreSQL) + 1 (FinSQL) + 2 (samples) = 4. When linking
-keeps every table (or is off) the greedy FinSQL of the current LM would see PreSQL's prompt, so
-PreSQL stands in for it and that call is saved.
+Calls per question with the defaults: 1 (PreSQL) + 1 (FinSQL) + 2 (samples) = 4 (count them with
+:func:`sqlweave.lm.track_usage`). When linking keeps every table (or is off) the greedy FinSQL of
+the current LM would see PreSQL's prompt, so PreSQL stands in for it and that call is saved.
+
+**Stages** (:mod:`sqlweave.programs.stages`). The pipeline is a composition of shared stages:
+a :class:`~sqlweave.programs.demos.DemoSource`, two :class:`~sqlweave.programs.base.Generator`
+predictors (``presql``, ``finsql``), and the three replaceable roles, each a registry name or a
+module instance:
+
+* ``linker`` (default ``tables``, §3.3) reads PreSQL as its draft. A table link keeps the linked
+  tables whole, as the paper does; a column-level link (``columns``, ``values``, ``forward``,
+  ``bidirectional``) keeps its columns plus the keys (and bridge tables) joins need
+  (:meth:`~sqlweave.programs.linking.LinkedSchema.subset`), rendered by :func:`render_pet` like
+  the paper's reduced schema. An empty link keeps the whole schema. ``none`` skips linking
+  (FinSQL then sees PreSQL's prompt, so PreSQL stands in for it); ``schema_linking=False`` is
+  Table 7's "w/o SL" as before.
+* ``selector`` (default ``vote``, §3.4) chooses among the candidates that ``consistency`` and the
+  hardness voters let through; ``lm`` lets the LM choose among them, ``first`` takes the first.
+  With ``consistency="none"`` there is one candidate and no selection.
+* ``corrector`` (default ``none``: the paper has no correction) runs on the chosen SQL.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import dspy
 
+from sqlweave.caches import CACHE, db_key
 from sqlweave.db import Database
 from sqlweave.metrics import spider_hardness
-from sqlweave.programs.base import SQLProgram, predict_sql
-from sqlweave.programs.linking import tables_in_sql
-from sqlweave.programs.voting import vote
+from sqlweave.programs import stages as stage_registry
+from sqlweave.programs.base import Generator, SQLProgram
+from sqlweave.programs.demos import DemoSource
+from sqlweave.programs.linking import LinkedSchema
+from sqlweave.programs.retrieval import as_demos
+from sqlweave.programs.voting import sample_lm
 from sqlweave.schema import Schema, introspect, render_pet
 from sqlweave.signatures import GenerateSQL
 
@@ -94,27 +114,20 @@ def optimization_rule(dialect: str) -> str:
     )
 
 
-class _Shared:
-    """Read-only resources of one program and all its copies: the demo pool, the retriever, the
-    extra FinSQL LMs and rendered schemas. Deep copies (DSPy optimizers copy programs) share it
-    instead of copying a 7k-example pool and its embedding matrix."""
-
-    def __init__(self, pool: Sequence[Any] | None, encoder: Any = None) -> None:
-        self.pool = None if pool is None else list(pool)
-        self.encoder = encoder
-        self.retriever: Any = None
-        self.lms: dict[int, Any] = {}
-        self.schemas: dict[tuple[Any, ...], str] = {}
-        self.lock = threading.Lock()
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _Shared:
-        return self
-
-
 def _matches(label: str, voters: Sequence[str]) -> bool:
     """Whether candidate ``label`` (``finsql[0]``, ``sample[2]``, ``presql``) is among ``voters``."""
     kind = label.split("[", 1)[0]
     return label in voters or kind in voters
+
+
+def _finsql_lm(ref: tuple[str, str]) -> Any:
+    """The LM of a ``finsql_models`` entry: a spec built once per process, or a stored object."""
+    kind, value = ref
+    if kind == "object":
+        return CACHE.get(value)
+    from sqlweave import lm as lm_module
+
+    return CACHE.memo("lm", value, lambda: lm_module.build_lm(value))
 
 
 class PETSQL(SQLProgram):
@@ -126,9 +139,10 @@ class PETSQL(SQLProgram):
     ``schema_linking`` (Table 7), ``consistency`` (``none``/``self``/``cross``, Table 8),
     ``samples`` and ``temperature`` (rollouts of the first FinSQL LM), ``finsql_models`` (LM
     specs; an ``LM`` object also works from Python but is not saved with the artefact),
-    ``hardness_weighting`` and ``hardness_voters`` (fine-grained voting), ``pool`` (train demo
-    pool; default: Spider train, loaded on first use) and ``encoder`` (for the embedding
-    retrievers; default all-MiniLM-L6-v2). ``pool`` and ``encoder`` are not saved switches.
+    ``hardness_weighting`` and ``hardness_voters`` (fine-grained voting), and the stage roles
+    ``linker`` (``tables``), ``selector`` (``vote``) and ``corrector`` (``none``). ``pool`` (train
+    demo pool; default: Spider train, loaded on first use) and ``encoder`` (for the embedding
+    retrievers; default all-MiniLM-L6-v2) are not saved switches.
     """
 
     name = "pet"
@@ -181,6 +195,9 @@ class PETSQL(SQLProgram):
         finsql_models: Sequence[Any] = (),
         hardness_weighting: bool = False,
         hardness_voters: Mapping[str, Sequence[str]] | None = None,
+        linker: str | dspy.Module = "tables",
+        selector: str | dspy.Module = "vote",
+        corrector: str | dspy.Module = "none",
         pool: Sequence[Any] | None = None,
         encoder: Any = None,
     ) -> None:
@@ -194,6 +211,11 @@ class PETSQL(SQLProgram):
         unknown = set(voters) - set(HARDNESS_GRADES)
         if unknown:
             raise ValueError(f"hardness_voters has unknown grades {sorted(unknown)}")
+        # An LM object is kept by token (copies share it); only specs are saved as switches.
+        refs = [
+            ("spec", spec) if isinstance(spec, str) else ("object", CACHE.put(spec))
+            for spec in finsql_models
+        ]
         # The pool and the encoder are not switches: they are data and tools, not configuration.
         super().__init__(
             optimization_rule=optimization_rule,
@@ -206,98 +228,67 @@ class PETSQL(SQLProgram):
             consistency=consistency,
             samples=samples,
             temperature=temperature,
-            finsql_models=list(finsql_models),
+            finsql_models=[value for kind, value in refs if kind == "spec"],
             hardness_weighting=hardness_weighting,
             hardness_voters=None if hardness_voters is None else voters,
+            linker=stage_registry.name_of("linker", linker),
+            selector=stage_registry.name_of("selector", selector),
+            corrector=stage_registry.name_of("corrector", corrector),
         )
         self.optimization_rule = optimization_rule
         self.cell_values = cell_values
         self.foreign_keys = foreign_keys
         self.values_per_column = values_per_column
         self.num_demos = num_demos
-        self.retriever_name = retriever
         self.schema_linking = schema_linking
         self.consistency = consistency
         self.samples = samples
         self.temperature = temperature
-        self.finsql_models = list(finsql_models)
+        self.finsql_models = refs
         self.hardness_weighting = hardness_weighting
         self.hardness_voters = voters
-        self._shared = _Shared(pool, encoder)
-        self.presql = dspy.Predict(GenerateSQL)
-        self.finsql = dspy.Predict(GenerateSQL)
+        self.demo_source = DemoSource(retriever, num_demos, pool=pool, encoder=encoder)
+        self.presql = Generator(GenerateSQL)
+        self.finsql = Generator(GenerateSQL)
+        self.linker = stage_registry.build("linker", linker)
+        self.selector = stage_registry.build("selector", selector)
+        self.corrector = stage_registry.build("corrector", corrector)
 
-    # -- resources ---------------------------------------------------------------------------------
+    # -- the prompt parts --------------------------------------------------------------------------
 
-    def _retriever(self) -> Any:
-        shared = self._shared
-        if shared.pool is None and shared.encoder is None:
-            from sqlweave.programs.pools import default_retriever
+    def schema_text(self, db: Database, linked: LinkedSchema | None = None) -> str:
+        """The reference-enhanced schema, reduced to ``linked`` (None = all), cached per database.
 
-            # Every PET configuration of an experiment shares the default-pool retriever.
-            return default_retriever(self.retriever_name, "spider")
-        with shared.lock:
-            if shared.retriever is None:
-                from sqlweave.programs.pools import default_pool
-                from sqlweave.programs.retrieval import make_retriever
+        A table link keeps its tables whole (the paper); single columns keep their tables with
+        those columns plus the keys joins need.
+        """
+        parts = (self.values_per_column, self.cell_values, self.foreign_keys)
+        tables = None if linked is None else frozenset(linked.tables)
+        columns = None if linked is None else frozenset(linked.columns)
+        key = (db_key(db), parts, tables, columns)
 
-                pool = shared.pool if shared.pool is not None else default_pool("spider")
-                options = {} if shared.encoder is None else {"encoder": shared.encoder}
-                shared.retriever = make_retriever(self.retriever_name, pool, **options)
-            return shared.retriever
-
-    def _finsql_lms(self) -> list[Any]:
-        """The LMs that write FinSQL: ``finsql_models`` built once, or the current LM (None)."""
-        if not self.finsql_models:
-            return [None]
-        from sqlweave.lm import build_lm
-
-        out = []
-        with self._shared.lock:
-            for i, spec in enumerate(self.finsql_models):
-                if isinstance(spec, str):
-                    if i not in self._shared.lms:
-                        self._shared.lms[i] = build_lm(spec)
-                    out.append(self._shared.lms[i])
+        def build() -> str:
+            schema = introspect(db)
+            subset: Schema | None = None
+            if linked is not None:
+                if linked.columns:
+                    subset = linked.subset(schema, fallback=False)
                 else:
-                    out.append(spec)
-        return out
+                    subset = schema.subset(tables=sorted(linked.tables))
+            return render_pet(
+                schema,
+                values_per_column=self.values_per_column,
+                subset=subset,
+                include_values=self.cell_values,
+                include_fks=self.foreign_keys,
+            )
 
-    def schema_text(self, db: Database, schema: Schema, tables: frozenset[str] | None) -> str:
-        """The reference-enhanced schema for ``tables`` (None = all), cached per database."""
-        key = (db.fingerprint, db.name, db.dialect, tables)
-        with self._shared.lock:
-            hit = self._shared.schemas.get(key)
-        if hit is not None:
-            return self._with_rule(hit, db.dialect)
-        subset = schema.subset(tables=sorted(tables)) if tables is not None else None
-        text = render_pet(
-            schema,
-            values_per_column=self.values_per_column,
-            subset=subset,
-            include_values=self.cell_values,
-            include_fks=self.foreign_keys,
-        )
-        with self._shared.lock:
-            self._shared.schemas[key] = text
-        return self._with_rule(text, db.dialect)
-
-    def _with_rule(self, text: str, dialect: str) -> str:
-        return f"{optimization_rule(dialect)}\n{text}" if self.optimization_rule else text
+        text = CACHE.memo("pet.schema", key, build)
+        return f"{optimization_rule(db.dialect)}\n{text}" if self.optimization_rule else text
 
     def retrieve_demos(self, question: str, db: Database, evidence: str) -> list[dspy.Example]:
         """Train question/SQL pairs with the most similar question skeletons, best first."""
-        if self.num_demos == 0:
-            return []
-        from sqlweave.programs.retrieval import as_demos
-
-        query = dspy.Example(
-            question=question,
-            db_id=db.name,
-            evidence=evidence,
-            db_path=str(db.path) if db.path is not None else "",
-        )
-        found = self._retriever().retrieve(query, self.num_demos)
+        found = self.demo_source.retrieve(question, db, evidence)
         return as_demos(found, dialect=db.dialect)
 
     # -- the pipeline ------------------------------------------------------------------------------
@@ -308,127 +299,158 @@ class PETSQL(SQLProgram):
             self.presql.demos
         ) == list(self.finsql.demos)
 
-    def _sample_lm(self, lm: Any, i: int) -> Any:
-        """A copy of ``lm`` (None = current) for rollout ``i`` at the sampling temperature."""
-        base = lm if lm is not None else dspy.settings.lm
-        if base is None:
-            return None
-        updates: dict[str, Any] = {"rollout_id": i, "temperature": self.temperature}
-        seed = (getattr(base, "kwargs", None) or {}).get("seed")
-        if isinstance(seed, int):
-            updates["seed"] = seed + i
-        return base.copy(**updates)
-
     def _voters(self, hardness: str | None) -> list[str] | None:
         """The candidate sources allowed to vote, or None for everyone."""
         if not self.hardness_weighting or self.consistency == "none" or hardness is None:
             return None
         return self.hardness_voters.get(hardness) or None
 
-    def _generate(
-        self, predictor: dspy.Predict, lm: Any, demos: list[dspy.Example], **inputs: Any
-    ) -> str:
-        """One SQL call on ``lm`` (None = the current LM) with compiled + retrieved demos."""
+    def _generate(self, generator: Generator, lm: Any, **inputs: Any) -> str:
+        """One SQL call on ``lm`` (None = the current LM)."""
         with dspy.context(lm=lm) if lm is not None else contextlib.nullcontext():
-            sql, _ = predict_sql(predictor, demos=list(predictor.demos) + demos, **inputs)
-        return sql
+            return generator(**inputs).sql
+
+    def _link(
+        self, question: str, db: Database, evidence: str, presql: str, full_text: str
+    ) -> LinkedSchema | None:
+        """The linker's reading of PreSQL (§3.3), or None when linking is off."""
+        if not self.schema_linking or stage_registry.name_of("linker", self.linker) == "none":
+            return None
+        return self.linker(
+            question=question,
+            schema=introspect(db),
+            sql=presql,
+            db_schema=full_text,
+            evidence=evidence,
+            dialect=db.dialect,
+            db=db,
+        ).linked
+
+    def _finsqls(
+        self, presql: str, hardness: str, fin_text: str, full_text: str, **inputs: Any
+    ) -> tuple[list[str], list[str], bool]:
+        """FinSQL candidates, their source labels (in voting order, §3.3-3.4) and whether any
+        was generated (rather than PreSQL standing in)."""
+        if self.consistency == "none" and not self.schema_linking:
+            return [presql], ["presql"], False  # Table 7's "w/o SL": PreSQL is the answer
+        voters = self._voters(hardness)
+        lms = [_finsql_lm(ref) for ref in self.finsql_models] or [None]
+        if self.consistency != "cross":
+            lms = lms[:1]
+        # Same LM, same prompt: asking again would only repeat PreSQL (or hit the cache).
+        reuse = lms[0] is None and fin_text == full_text and self._same_predictors()
+        labelled = [(f"finsql[{i}]", lm) for i, lm in enumerate(lms)]
+        if self.consistency != "none":
+            labelled += [
+                (f"sample[{j}]", sample_lm(j, self.temperature, lms[0], greedy_first=False))
+                for j in range(1, self.samples + 1)
+            ]
+        candidates: list[str] = []
+        sources: list[str] = []
+        generated = False
+        for label, lm in labelled:
+            if voters is not None and not _matches(label, voters):
+                continue
+            if label == "finsql[0]" and reuse:
+                sql = presql
+            else:
+                sql = self._generate(self.finsql, lm, db_schema=fin_text, **inputs)
+                generated = True
+            candidates.append(sql)
+            sources.append(label)
+        presql_votes = voters is None or _matches("presql", voters)
+        presql_in = reuse and "finsql[0]" in sources
+        if self.consistency == "cross" and presql_votes and not presql_in:
+            candidates.append(presql)
+            sources.append("presql")
+        if not candidates:  # a voter table that admits nobody: PreSQL stands alone
+            return [presql], ["presql"], generated
+        return candidates, sources, generated
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         """Run PET-SQL on one question; see the module docstring for the stages.
 
-        Returns ``Prediction(sql, presql, finsql, candidates, sources, vote, votes,
-        linked_tables, hardness, demos, schema, stages, n_stages, lm_calls)``: ``sources`` labels
-        each candidate (``finsql[i]`` for the i-th FinSQL LM, ``sample[j]``, ``presql``), ``votes``
-        the execution classes as ``(member indices, weight)``, ``hardness`` PreSQL's predicted
-        Spider grade, ``schema`` the schema text FinSQL saw.
+        Returns the output contract (:func:`sqlweave.programs.stages.result`) plus ``presql``,
+        ``finsql``, ``sources`` (each candidate's label: ``finsql[i]`` for the i-th FinSQL LM,
+        ``sample[j]``, ``presql``), ``vote`` and ``votes`` (the execution classes as
+        ``(member indices, weight)``; None without a vote), ``linked_tables``, ``hardness``
+        (PreSQL's predicted Spider grade) and ``schema`` (the schema text FinSQL saw).
         """
-        out: dict[str, Any] = {"vote": None, "votes": None, "linked_tables": [], "finsql": ""}
         stages: list[str] = []
-        schema = introspect(db)
         demos = self.retrieve_demos(question, db, evidence)
         if demos:
             stages.append("retrieval")
-        inputs = {"dialect": db.dialect, "question": question, "evidence": evidence}
+        inputs = {"dialect": db.dialect, "question": question, "evidence": evidence, "demos": demos}
 
-        full_text = self.schema_text(db, schema, None)
-        presql = self._generate(self.presql, None, demos, db_schema=full_text, **inputs)
+        full_text = self.schema_text(db)
+        presql = self._generate(self.presql, None, db_schema=full_text, **inputs)
         stages.append("presql")
-        calls = 1
         try:
             hardness = spider_hardness(presql, db.dialect) if presql else "extra"
         except ValueError:
             hardness = "extra"  # unparsable PreSQL: trust nothing, let every source vote
 
+        linked = self._link(question, db, evidence, presql, full_text)
         fin_text = full_text
-        if self.schema_linking:
+        if linked is not None:
             stages.append("linking")
-            found = tables_in_sql(presql, schema, db.dialect) if presql else set()
-            out["linked_tables"] = [t.name for t in schema.tables if t.name in found]
-            if out["linked_tables"] and len(found) < len(schema.tables):
-                fin_text = self.schema_text(db, schema, frozenset(found))
-            else:
-                logger.debug("linking kept every table (or parsed none): FinSQL sees all")
+            if linked and (linked.columns or len(linked.tables) < len(introspect(db).tables)):
+                fin_text = self.schema_text(db, linked)
 
-        candidates: list[str] = []
-        sources: list[str] = []
-        if self.consistency == "none" and not self.schema_linking:
-            candidates, sources = [presql], ["presql"]  # Table 7's "w/o SL": PreSQL is the answer
-        else:
-            voters = self._voters(hardness)
-            lms = self._finsql_lms()
-            if self.consistency != "cross":
-                lms = lms[:1]
-            # Same LM, same prompt: asking again would only repeat PreSQL (or hit the cache).
-            reuse = lms[0] is None and fin_text == full_text and self._same_predictors()
-            labelled = [(f"finsql[{i}]", lm) for i, lm in enumerate(lms)]
-            if self.consistency != "none":
-                labelled += [
-                    (f"sample[{j}]", self._sample_lm(lms[0], j)) for j in range(1, self.samples + 1)
-                ]
-            for label, lm in labelled:
-                if voters is not None and not _matches(label, voters):
-                    continue
-                if label == "finsql[0]" and reuse:
-                    sql = presql
-                else:
-                    sql = self._generate(self.finsql, lm, demos, db_schema=fin_text, **inputs)
-                    calls += 1
-                candidates.append(sql)
-                sources.append(label)
-            if calls > 1:
-                stages.append("finsql")
-            if "finsql[0]" in sources:
-                out["finsql"] = candidates[sources.index("finsql[0]")]
-            presql_votes = voters is None or _matches("presql", voters)
-            presql_in = reuse and "finsql[0]" in sources
-            if self.consistency == "cross" and presql_votes and not presql_in:
-                candidates.append(presql)
-                sources.append("presql")
-            if not candidates:  # a voter table that admits nobody: PreSQL stands alone
-                candidates, sources = [presql], ["presql"]
+        candidates, sources, generated = self._finsqls(
+            presql, hardness, fin_text, full_text, **inputs
+        )
+        if generated:
+            stages.append("finsql")
+        finsql = candidates[sources.index("finsql[0]")] if "finsql[0]" in sources else ""
 
+        picked = None
         if self.consistency == "none":
             # An empty FinSQL (unparsable output) falls back to PreSQL rather than to nothing.
-            sql = out["finsql"] or presql
+            sql = finsql or presql
         else:
-            result = vote(candidates, db)
-            stages.append("vote")
-            sql = result.sql
-            out["vote"] = result
-            out["votes"] = [(g.members, g.weight) for g in result.groups]
-        return dspy.Prediction(
-            sql=sql,
-            presql=presql,
-            candidates=candidates,
-            sources=sources,
-            hardness=hardness,
-            demos=[d.question for d in demos],
-            schema=fin_text,
+            picked = self.selector(
+                candidates=candidates,
+                db=db,
+                question=question,
+                evidence=evidence,
+                db_schema=fin_text,
+            )
+            named = stage_registry.name_of("selector", self.selector)
+            stages.append("vote" if named == "vote" else "selection")
+            sql = picked.sql
+
+        history: list[Any] = []
+        if stage_registry.name_of("corrector", self.corrector) != "none" and sql:
+            fixed = self.corrector(
+                sql=sql, db=db, question=question, evidence=evidence, db_schema=fin_text
+            )
+            stages.append("correction")
+            history, sql = list(fixed.history), fixed.sql
+
+        result = getattr(picked, "vote", None)
+        return stage_registry.result(
+            sql,
             stages=stages,
-            n_stages=len(stages),
-            lm_calls=calls,
-            **out,
+            candidates=candidates,
+            linked=linked,
+            demos=demos,
+            history=history,
+            presql=presql,
+            finsql=finsql,
+            sources=sources,
+            vote=result,
+            votes=None if result is None else [(g.members, g.weight) for g in result.groups],
+            linked_tables=[] if linked is None else _ordered_tables(introspect(db), linked),
+            hardness=hardness,
+            schema=fin_text,
         )
+
+
+def _ordered_tables(schema: Schema, linked: LinkedSchema) -> list[str]:
+    """The linked tables in the database's order."""
+    touched = linked.all_tables
+    return [t.name for t in schema.tables if t.name in touched]
 
 
 __all__ = ["CONSISTENCY_MODES", "DEFAULT_HARDNESS_VOTERS", "PETSQL", "optimization_rule"]

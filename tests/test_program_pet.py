@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import zlib
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,9 @@ from sqlweave import programs
 from sqlweave.data import load_spider
 from sqlweave.db import Database
 from sqlweave.metrics import spider_hardness
+from sqlweave.programs import stages
 from sqlweave.programs.pet import DEFAULT_HARDNESS_VOTERS, PETSQL
+from sqlweave.programs.stages import CONTRACT
 
 QUESTION = "How many singers do we have?"
 N_SINGERS = "SELECT count(*) FROM singer"  # 6
@@ -134,9 +137,9 @@ def test_registry_builds_pet_with_the_paper_stages_as_predictors() -> None:
 def test_full_pipeline_costs_four_calls_and_votes(db: Database, pool) -> None:
     answers = [gen(N_SINGERS), gen(N_STADIUMS), gen(N_SINGERS_2), gen(BROKEN)]
     pred, lm = run(pet(pool), answers, db)
-    assert pred.lm_calls == 4 == len(lm.calls)
+    assert len(lm.calls) == 4
     assert pred.stages == ["retrieval", "presql", "linking", "finsql", "vote"]
-    assert pred.n_stages == 5
+    assert pred.linked == ["singer.*"] and pred.history == []
     # FinSQL first, then the samples, then PreSQL (ties go to the earliest candidate).
     assert pred.sources == ["finsql[0]", "sample[1]", "sample[2]", "presql"]
     assert pred.candidates == [N_STADIUMS, N_SINGERS_2, BROKEN, N_SINGERS]
@@ -182,7 +185,7 @@ def test_masked_question_retrieval_with_the_real_encoder(db: Database, pool) -> 
 
 def test_finsql_sees_only_the_linked_tables(db: Database, pool) -> None:
     pred, lm = run(pet(pool, consistency="none"), [gen(N_SINGERS), gen(N_SINGERS_2)], db)
-    assert pred.lm_calls == 2 and pred.sql == N_SINGERS_2 == pred.finsql
+    assert len(lm.calls) == 2 and pred.sql == N_SINGERS_2 == pred.finsql
     assert pred.stages == ["retrieval", "presql", "linking", "finsql"]
     finsql = lm.calls[1]["last"]
     assert "# singer(" in finsql and "Name[Joe Sharp" in finsql and OR_MARK in finsql
@@ -203,7 +206,7 @@ def test_linking_keeps_joined_tables_and_their_foreign_keys(db: Database, pool) 
 
 def test_linking_that_keeps_every_table_reuses_presql(db: Database, pool) -> None:
     pred, lm = run(pet(pool, consistency="none"), [gen(ALL_TABLES)], db)
-    assert pred.lm_calls == 1 == len(lm.calls)
+    assert len(lm.calls) == 1
     assert pred.finsql == pred.presql == pred.sql
     assert pred.linked_tables == ["concert", "singer", "singer_in_concert", "stadium"]
     assert "finsql" not in pred.stages
@@ -215,7 +218,7 @@ def test_unparsable_presql_falls_back_to_full_schema_and_votes(db: Database, poo
     # The greedy FinSQL would see PreSQL's prompt: PreSQL stands in for it, once.
     assert pred.presql == "" and pred.hardness == "extra" and pred.linked_tables == []
     assert pred.sources == ["finsql[0]", "sample[1]", "sample[2]"]
-    assert pred.lm_calls == 3 == len(lm.calls)
+    assert len(lm.calls) == 3
     assert pred.sql == N_SINGERS
 
 
@@ -242,7 +245,7 @@ def test_prompt_ablations_drop_their_part_only(
     db: Database, pool, config: str, absent: str
 ) -> None:
     pred, lm = run(pet(pool, **PETSQL.ABLATIONS[config]), [gen(N_SINGERS)], db)
-    assert pred.lm_calls == 1 and pred.demos == [] and lm.calls[0]["n_messages"] == 1
+    assert len(lm.calls) == 1 and pred.demos == [] and lm.calls[0]["n_messages"] == 1
     prompt = lm.calls[0]["last"]
     assert absent not in prompt
     for part in (OR_MARK, "Name[Joe Sharp", "REFERENCES"):
@@ -252,7 +255,7 @@ def test_prompt_ablations_drop_their_part_only(
 
 def test_zero_shot_is_one_call_without_demos(db: Database, pool) -> None:
     pred, lm = run(pet(pool, **PETSQL.ABLATIONS["zero_shot"]), [gen(N_SINGERS)], db)
-    assert pred.lm_calls == 1 and pred.stages == ["presql"] and pred.demos == []
+    assert len(lm.calls) == 1 and pred.stages == ["presql"] and pred.demos == []
     assert pred.sql == N_SINGERS and pred.sources == ["presql"]
 
 
@@ -261,7 +264,7 @@ def test_zero_shot_is_one_call_without_demos(db: Database, pool) -> None:
 
 def test_without_linking_presql_is_the_answer(db: Database, pool) -> None:
     pred, lm = run(pet(pool, **PETSQL.ABLATIONS["no_linking"]), [gen(N_SINGERS)], db)
-    assert pred.lm_calls == 1 and pred.stages == ["retrieval", "presql"]
+    assert len(lm.calls) == 1 and pred.stages == ["retrieval", "presql"]
     assert pred.sql == N_SINGERS and pred.linked_tables == []
 
 
@@ -275,7 +278,7 @@ def test_self_consistency_samples_one_lm_without_presql(db: Database, pool) -> N
         gen(N_STADIUMS),
     ]
     pred, lm = run(pet(pool, **PETSQL.ABLATIONS["self_consistency"]), answers, db)
-    assert pred.lm_calls == 6 == len(lm.calls)
+    assert len(lm.calls) == 6
     assert pred.sources == ["finsql[0]", "sample[1]", "sample[2]", "sample[3]", "sample[4]"]
     assert "presql" not in pred.sources
     assert pred.sql == N_STADIUMS and pred.vote.support == 3.0
@@ -287,7 +290,7 @@ def test_self_consistency_without_linking_reuses_presql_as_the_greedy_sample(
 ) -> None:
     answers = [gen(N_SINGERS), gen(N_STADIUMS), gen(N_STADIUMS)]
     pred, lm = run(pet(pool, consistency="self", schema_linking=False, samples=2), answers, db)
-    assert pred.lm_calls == 3 and pred.candidates == [N_SINGERS, N_STADIUMS, N_STADIUMS]
+    assert len(lm.calls) == 3 and pred.candidates == [N_SINGERS, N_STADIUMS, N_STADIUMS]
     assert pred.sql == N_STADIUMS
 
 
@@ -298,7 +301,6 @@ def test_cross_consistency_over_several_finsql_models(db: Database, pool) -> Non
     pred, lm = run(program, [gen(N_SINGERS)], db)
     # PreSQL on the current LM, one FinSQL per listed model, on the linked schema.
     assert len(lm.calls) == 1 and len(model_a.calls) == 1 and len(model_b.calls) == 1
-    assert pred.lm_calls == 3
     assert pred.sources == ["finsql[0]", "finsql[1]", "presql"]
     assert pred.sql == N_SINGERS_2 and pred.vote.support == 2.0
     assert "stadium" not in model_a.calls[0]["last"]
@@ -315,12 +317,14 @@ def test_finsql_model_specs_are_built_once(db: Database, pool, monkeypatch) -> N
         return other
 
     monkeypatch.setattr(sqlweave.lm, "build_lm", fake_build_lm)
-    program = pet(pool, finsql_models=["local:qwen2.5-coder-0.5b"], samples=1)
+    # A spec no other test uses: built LMs are kept process-wide (sqlweave.caches.CACHE).
+    spec = "local:pet-built-once-0.5b"
+    program = pet(pool, finsql_models=[spec], samples=1)
     lm = RecordingLM({QUESTION: gen(N_SINGERS)})
     with dspy.context(lm=lm):
         for _ in range(2):
-            pred = program(question=QUESTION, db=db)
-    assert built == ["local:qwen2.5-coder-0.5b"]
+            pred = copy.deepcopy(program)(question=QUESTION, db=db)
+    assert built == [spec]
     # Samples roll out the first FinSQL model, not the current LM.
     assert len(lm.calls) == 2 and len(other.calls) == 4
     assert [c["rollout_id"] for c in other.calls] == [None, 1, None, 1]
@@ -335,7 +339,7 @@ def test_fine_grained_voting_skips_samples_on_easy_presql(db: Database, pool) ->
         pet(pool, **PETSQL.ABLATIONS["fine_grained"]), [gen(N_SINGERS), gen(N_STADIUMS)], db
     )
     assert pred.hardness == "easy" == spider_hardness(N_SINGERS)
-    assert pred.lm_calls == 2 and pred.sources == ["finsql[0]", "presql"]
+    assert len(lm.calls) == 2 and pred.sources == ["finsql[0]", "presql"]
     # A 1-1 tie goes to the earliest candidate: the linked FinSQL.
     assert pred.sql == N_STADIUMS
 
@@ -343,16 +347,16 @@ def test_fine_grained_voting_skips_samples_on_easy_presql(db: Database, pool) ->
 def test_fine_grained_voting_lets_everyone_vote_on_hard_presql(db: Database, pool) -> None:
     assert spider_hardness(HARD) in ("hard", "extra")
     answers = [gen(HARD), gen(N_SINGERS), gen(N_SINGERS_2), gen(N_STADIUMS)]
-    pred, _ = run(pet(pool, hardness_weighting=True), answers, db)
+    pred, lm = run(pet(pool, hardness_weighting=True), answers, db)
     assert pred.hardness == spider_hardness(HARD)
-    assert pred.lm_calls == 4 and pred.sources == ["finsql[0]", "sample[1]", "sample[2]", "presql"]
+    assert len(lm.calls) == 4 and pred.sources == ["finsql[0]", "sample[1]", "sample[2]", "presql"]
     assert pred.sql == N_SINGERS
 
 
 def test_custom_hardness_voters(db: Database, pool) -> None:
     voters = {**DEFAULT_HARDNESS_VOTERS, "easy": ["presql"]}
     pred, lm = run(pet(pool, hardness_weighting=True, hardness_voters=voters), [gen(N_SINGERS)], db)
-    assert pred.lm_calls == 1 == len(lm.calls) and pred.sources == ["presql"]
+    assert len(lm.calls) == 1 and pred.sources == ["presql"]
     assert pred.sql == N_SINGERS
     with pytest.raises(ValueError, match="unknown grades"):
         PETSQL(hardness_voters={"trivial": ["presql"]})
@@ -388,7 +392,8 @@ def test_every_ablation_runs(db: Database, pool, config: str) -> None:
     program = pet(pool, **PETSQL.ABLATIONS[config])
     pred, lm = run(program, {QUESTION: gen(N_SINGERS)}, db)
     assert pred.sql == N_SINGERS and db.execute(pred.sql).rows == ((6,),)
-    assert len(lm.calls) == pred.lm_calls == EXPECTED_CALLS[config]
+    assert len(lm.calls) == EXPECTED_CALLS[config]
+    assert set(CONTRACT) <= set(pred.keys())
 
 
 @pytest.mark.parametrize(
@@ -413,10 +418,21 @@ def test_compiled_demos_combine_with_retrieved_ones(db: Database, pool) -> None:
     assert all(json.dumps(q)[1:-1] in lm.calls[1]["prompt"] for q in pred.demos)
 
 
-def test_copies_share_pool_and_caches_and_switches_rebuild(pool) -> None:
-    program = pet(pool, samples=3, finsql_models=["local:x"])
+def test_copies_share_pool_retriever_encoder_and_lms_and_switches_rebuild(pool) -> None:
+    model = RecordingLM([gen(N_SINGERS)], label="object")
+    program = pet(pool, samples=3, finsql_models=["local:x", model])
     clone = copy.deepcopy(program)
-    assert clone._shared is program._shared
+    assert "__deepcopy__" not in vars(PETSQL)
+    assert clone.demo_source.pool() is program.demo_source.pool()
+    assert clone.demo_source.retriever() is program.demo_source.retriever()
+    from sqlweave.programs.pet import _finsql_lm
+
+    # An LM object is kept by token: the copy reaches the very same LM.
+    assert _finsql_lm(clone.finsql_models[1]) is model
+    # Only specs are switches (an LM object is not saved), so a rebuild needs no object.
+    assert program.switches["finsql_models"] == ["local:x"]
+    assert program.switches["linker"] == "tables" and program.switches["selector"] == "vote"
+    assert program.switches["corrector"] == "none"
     rebuilt = programs.get("pet", **program.switches)
     assert rebuilt.switches == program.switches and rebuilt.samples == 3
     json.dumps(program.switches)  # artefacts store switches as JSON
@@ -434,6 +450,150 @@ def test_artifact_round_trip(tmp_path: Path) -> None:
     loaded, meta = load_program(path)
     assert isinstance(loaded, PETSQL) and loaded.consistency == "self" and loaded.samples == 4
     assert loaded.presql.demos[0]["sql"] == "SELECT 1" and loaded.finsql.demos == []
+
+
+def test_calls_are_counted_by_the_usage_tracker(db: Database, pool) -> None:
+    from sqlweave.lm import track_usage
+
+    answers = [gen(N_SINGERS), gen(N_STADIUMS), gen(N_SINGERS_2), gen(BROKEN)]
+    lm = RecordingLM(answers)
+    with dspy.context(lm=lm), track_usage() as usage:
+        pred = pet(pool)(question=QUESTION, db=db)
+    assert usage.calls == 4 == len(lm.calls) and "lm_calls" not in pred.keys()
+
+
+# -- every stage of every role (issue 14), on the bundled database ----------------------------------
+
+STAGE_QUESTIONS = (
+    "What are the names of singers from France?",
+    "How many concerts are there?",
+    "Show the name and capacity of every stadium.",
+)
+STAGE_POOL = [
+    dspy.Example(question=q, gold_sql=sql, db_id=f"train_{i}", split="train", evidence="")
+    for i, (q, sql) in enumerate(
+        [
+            ("How many cars are there?", "SELECT count(*) FROM cars"),
+            ("What are the names of drivers from Italy?", "SELECT name FROM driver WHERE c = 'x'"),
+            ("Show the name and size of every farm.", "SELECT name, size FROM farm"),
+        ]
+    )
+]
+
+
+@pytest.fixture()
+def concert(tmp_path: Path, demo_concert_db: Path) -> Database:
+    # A copy: tests never write to the bundled file.
+    target = tmp_path / "concert_singer.sqlite"
+    shutil.copy(demo_concert_db, target)
+    return Database.open(target)
+
+
+def staged(**switches: Any) -> PETSQL:
+    return PETSQL(pool=STAGE_POOL, retriever="jaccard", num_demos=2, **switches)
+
+
+def run_questions(program: PETSQL, db: Database) -> list[dspy.Prediction]:
+    """Each bundled question with the prompt-fixture LM (answers from the prompt alone; one
+    draft in three is broken, so correctors have work)."""
+    from record_prompts import ScriptedLM
+
+    out = []
+    for question in STAGE_QUESTIONS:
+        with dspy.context(lm=ScriptedLM()):
+            pred = program(question=question, db=db)
+        assert_contract(pred)
+        out.append(pred)
+    return out
+
+
+def assert_contract(pred: dspy.Prediction) -> None:
+    assert set(CONTRACT) <= set(pred.keys())
+    assert isinstance(pred.sql, str) and pred.sql
+    assert all(isinstance(x, str) for x in pred.stages) and pred.stages[:2] == [
+        "retrieval",
+        "presql",
+    ]
+    assert pred.candidates and all(isinstance(c, str) for c in pred.candidates)
+    assert all(isinstance(name, str) and "." in name for name in pred.linked)
+    assert len(pred.demos) == 2 and all(isinstance(q, str) for q in pred.demos)
+    assert all(isinstance(h, dict) and "sql" in h for h in pred.history)
+
+
+@pytest.mark.parametrize("name", stages.available("linker"))
+def test_every_linker(concert: Database, name: str) -> None:
+    program = staged(linker=name)
+    assert program.switches["linker"] == name
+    for pred in run_questions(program, concert):
+        assert ("linking" in pred.stages) == (name != "none")
+        if name == "none":
+            assert pred.linked == [] and pred.linked_tables == []
+        if not pred.linked:  # an empty link keeps the whole schema
+            assert pred.schema.count("REFERENCES") == 3
+
+
+@pytest.mark.parametrize("name", stages.available("selector"))
+def test_every_selector(concert: Database, name: str) -> None:
+    program = staged(selector=name)
+    for pred in run_questions(program, concert):
+        assert pred.stages[-1] == ("vote" if name == "vote" else "selection")
+        assert pred.sql in pred.candidates and len(pred.candidates) == len(pred.sources) == 4
+        assert (pred.vote is not None) == (name == "vote")
+
+
+@pytest.mark.parametrize("name", stages.available("corrector"))
+def test_every_corrector(concert: Database, name: str) -> None:
+    program = staged(corrector=name)
+    preds = run_questions(program, concert)
+    for pred in preds:
+        assert ("correction" in pred.stages) == (name != "none")
+        if name == "none":
+            assert pred.history == [] and pred.sql in pred.candidates
+    if name == "execution":
+        # The fixture LM's broken drafts fail to run and are sent back with their error.
+        assert any(h["feedback"] for pred in preds for h in pred.history)
+
+
+def test_a_pipeline_no_paper_has(concert: Database) -> None:
+    program = programs.get(
+        "pet", linker="bidirectional", selector="lm", corrector="rules", num_demos=0
+    )
+    assert [n for n, _ in program.named_predictors()] == [
+        "presql",
+        "finsql",
+        "linker.forward_linker.link",
+        "selector.select",
+    ]
+    from record_prompts import ScriptedLM
+
+    with dspy.context(lm=ScriptedLM()):
+        pred = program(question=STAGE_QUESTIONS[0], db=concert)
+    assert pred.stages[:3] == ["presql", "linking", "finsql"] and pred.linked
+    assert pred.stages[-2:] == ["selection", "correction"]
+
+
+def test_a_column_link_keeps_its_columns_and_the_keys(concert: Database) -> None:
+    presql = "SELECT Name FROM singer WHERE Country = 'France'"
+    program = staged(linker="columns", consistency="none")
+    pred, lm = run(program, [gen(presql), gen(presql)], concert)
+    assert {"singer.Name", "singer.Country"} <= set(pred.linked)
+    finsql = lm.calls[1]["last"]
+    assert "# singer(Singer_ID, Name, Country);" in finsql and "Age" not in finsql
+    assert pred.linked_tables == ["singer", "stadium"]  # stadium has a Name column too
+
+
+def test_a_stage_instance_is_used_as_given(concert: Database) -> None:
+    from sqlweave.programs.voting import VoteSelector
+
+    class LastSelector(dspy.Module):
+        def forward(self, candidates, **_: Any) -> dspy.Prediction:
+            return dspy.Prediction(sql=candidates[-1], choice=len(candidates), lm_called=False)
+
+    program = staged(selector=LastSelector())
+    assert program.switches["selector"] is None  # a user's class has no registry name
+    pred, _ = run(program, {QUESTION: gen(N_SINGERS)}, concert, question=QUESTION)
+    assert pred.sql == pred.candidates[-1] and pred.sources[-1] == "presql"
+    assert staged(selector=VoteSelector()).switches["selector"] == "vote"
 
 
 @pytest.mark.postgres
