@@ -22,6 +22,15 @@ the question and BIRD's evidence. Then:
 
 Per question: 4 calls (+1 selection when the two answers differ, + 0..N corrections).
 
+The steps are the stages of :mod:`sqlweave.programs.stages`, each replaceable by registry name or
+instance: ``linker`` (default ``bidirectional``; a linker with a forward part, i.e. a
+:class:`~sqlweave.programs.linking.BidirectionalLinker` with ``use_forward`` or a
+:class:`~sqlweave.programs.linking.ForwardLinker`, also gives ``SQL1`` its hints; any other linker
+reads ``SQL1`` as its draft), ``selector`` (default ``lm``: the binary selection; ``vote`` or
+``first`` choose between the same two candidates) and ``corrector`` (default ``execution``: the
+multi-turn loop). Value-sampled schemas live in :data:`sqlweave.caches.CACHE`, the demo pool and
+its retriever in a :class:`~sqlweave.programs.demos.DemoSource`.
+
 Departures, for local models: the selection and correction prompts carry no demos (the paper
 adds them); descriptions are never LM-generated (see step 2); demos are question/SQL pairs
 without their own schemas, which keeps a small model's prompt short.
@@ -31,7 +40,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -39,11 +47,18 @@ from typing import Any, ClassVar
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from sqlweave.caches import CACHE, db_key
 from sqlweave.db import Database, ExecutionError
-from sqlweave.programs.base import SQLProgram, predict_sql
-from sqlweave.programs.correction import CorrectionLoop
-from sqlweave.programs.linking import BidirectionalLinker, LinkedSchema, columns_in_text, union
-from sqlweave.programs.selection import CandidateSelector
+from sqlweave.programs import stages as stage_registry
+from sqlweave.programs.base import Generator, SQLProgram
+from sqlweave.programs.demos import DemoSource
+from sqlweave.programs.linking import (
+    BidirectionalLinker,
+    ForwardLinker,
+    LinkedSchema,
+    columns_in_text,
+    union,
+)
 from sqlweave.schema import Schema, introspect, quote, render_ddl_with_rows
 from sqlweave.signatures import ExtractElements, GenerateSQLWithHints
 
@@ -150,36 +165,6 @@ def component_hints(components: dict[str, list[str]]) -> str:
     return "\n".join(lines)
 
 
-# --- shared, non-learnable state ----------------------------------------------------------------------
-
-
-class _Shared:
-    """Demo pool, retriever and per-database schemas of one program and all its copies.
-
-    Optimizers deep-copy programs for every candidate; the pool (thousands of examples) and the
-    retriever's embedding matrix are not learnable, so copies share this object instead of
-    copying it (``__deepcopy__`` returns itself).
-    """
-
-    def __init__(self, pool: Sequence[Any] | None, retriever: Any = None) -> None:
-        self.pool = list(pool) if pool is not None else None
-        self.retriever = retriever
-        self.schemas: dict[tuple[Any, ...], Schema] = {}
-        self.lock = threading.RLock()
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _Shared:
-        return self
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("lock")
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.lock = threading.RLock()
-
-
 # --- the program --------------------------------------------------------------------------------------
 
 
@@ -197,7 +182,11 @@ class RSLSQL(SQLProgram):
       ``keywords`` (Table VII) and ``descriptions`` (Table VI; only where the database has them);
       with all three components off no extraction call is made (Table VI "w/o components");
     * ``selection`` (step 3) and ``self_correction`` (step 4, ``correction_rounds`` rounds);
-    * ``pool_source`` ("spider"): which train pool demos come from when no ``pool`` is passed.
+    * ``pool_source`` ("spider"): which train pool demos come from when no ``pool`` is passed;
+    * ``linker`` / ``selector`` / ``corrector``: the stage of steps 1, 3 and 4, a registry name of
+      :mod:`sqlweave.programs.stages` or a ``dspy.Module`` used as given (module docstring). The
+      step switches still decide whether a step runs; ``forward_linking`` / ``backward_linking``
+      configure the default ``bidirectional`` linker only.
 
     ``pool`` (train examples) and ``retriever`` (anything with ``retrieve(example, k)``) are
     injected, not switches; by default the pool is loaded and the retriever built on first use.
@@ -252,6 +241,9 @@ class RSLSQL(SQLProgram):
         self_correction: bool = True,
         correction_rounds: int = 2,
         pool_source: str = "spider",
+        linker: str | dspy.Module = "bidirectional",
+        selector: str | dspy.Module = "lm",
+        corrector: str | dspy.Module = "execution",
         pool: Sequence[Any] | None = None,
         retriever: Any = None,
     ) -> None:
@@ -272,6 +264,9 @@ class RSLSQL(SQLProgram):
             self_correction=self_correction,
             correction_rounds=correction_rounds,
             pool_source=pool_source,
+            linker=stage_registry.name_of("linker", linker),
+            selector=stage_registry.name_of("selector", selector),
+            corrector=stage_registry.name_of("corrector", corrector),
         )
         self.num_demos = num_demos
         self.value_samples = value_samples
@@ -285,74 +280,75 @@ class RSLSQL(SQLProgram):
         self.self_correction = self_correction
         self.correction_rounds = correction_rounds
         self.pool_source = pool_source
-        self._shared = _Shared(pool, retriever)
+        self.demo_source = DemoSource(
+            "masked_question", num_demos, source=pool_source, pool=pool, retriever=retriever
+        )
 
-        # Sub-predictors exist only for the stages switched on, so an optimizer tunes what runs.
-        if schema_linking:
+        # Stages exist only for the steps switched on, so an optimizer tunes what runs.
+        self.linker: dspy.Module | None = None
+        if schema_linking and stage_registry.name_of("linker", linker) != "none":
             # Evidence columns belong to the forward list in the paper (§III-B).
-            self.schema_linker = BidirectionalLinker(
-                use_forward=self.forward_linking,
-                use_backward=self.backward_linking,
-                use_evidence=self.forward_linking,
+            options = {
+                "use_forward": self.forward_linking,
+                "use_backward": self.backward_linking,
+                "use_evidence": self.forward_linking,
+            }
+            self.linker = stage_registry.build(
+                "linker", linker, **(options if linker == "bidirectional" else {})
             )
-        self.preliminary_sql = dspy.Predict(GenerateSQLWithHints)
+        self.preliminary_sql = Generator(GenerateSQLWithHints)
+        self.extract_components: dspy.Predict | None = None
+        self.augmented_sql: Generator | None = None
+        self.selector: dspy.Module | None = None
         if augmentation:
             if any(self.components.values()):
                 self.extract_components = dspy.Predict(ExtractElements)
-            self.augmented_sql = dspy.Predict(GenerateSQLWithHints)
+            self.augmented_sql = Generator(GenerateSQLWithHints)
             if selection:
-                self.binary_selector = CandidateSelector()
+                self.selector = stage_registry.build("selector", selector)
+        self.corrector: dspy.Module | None = None
         if self_correction and correction_rounds > 0:
-            self.self_correction_loop = CorrectionLoop(
-                max_rounds=correction_rounds, retry_on_empty=True, multi_turn=True
+            options = {"max_rounds": correction_rounds, "retry_on_empty": True, "multi_turn": True}
+            self.corrector = stage_registry.build(
+                "corrector", corrector, **(options if corrector == "execution" else {})
             )
 
     # -- per-database and per-question context ------------------------------------------------------
 
     def schema_for(self, db: Database) -> Schema:
         """The introspected schema with this program's value samples, cached per database."""
-        key = (db.fingerprint, db.name, self.value_samples)
-        shared = self._shared
-        with shared.lock:
-            hit = shared.schemas.get(key)
-        if hit is not None:
-            return hit
-        schema = introspect(db)
-        if self.value_samples:
-            schema = with_random_rows(schema, db, self.value_samples)
-        with shared.lock:
-            shared.schemas[key] = schema
-        return schema
+
+        def build() -> Schema:
+            schema = introspect(db)
+            if self.value_samples:
+                schema = with_random_rows(schema, db, self.value_samples)
+            return schema
+
+        return CACHE.memo("rsl.schema", (db_key(db), self.value_samples), build)
+
+    def full_schema_text(self, db: Database) -> str:
+        """The full schema as SQL1 and forward linking see it (no descriptions, §III-B), cached."""
+        return CACHE.memo(
+            "rsl.full_schema_text",
+            (db_key(db), self.value_samples),
+            lambda: self.render(self.schema_for(db), descriptions=False),
+        )
 
     def render(self, schema: Schema, *, descriptions: bool) -> str:
         """Schema text for a prompt: DDL with foreign keys, then the value samples of each table."""
         return render_ddl_with_rows(schema, rows=self.value_samples, descriptions=descriptions)
 
-    def _retriever(self) -> Any:
-        shared = self._shared
-        with shared.lock:
-            if shared.retriever is None:
-                from sqlweave.programs.pools import default_retriever
-                from sqlweave.programs.retrieval import make_retriever
-
-                if shared.pool is None:
-                    # Same retriever PET builds over the default pool: built once per process.
-                    shared.retriever = default_retriever("masked_question", self.pool_source)
-                else:
-                    shared.retriever = make_retriever("masked_question", shared.pool)
-            return shared.retriever
-
     def retrieve_demos(self, question: str, db: Database, evidence: str) -> list[dspy.Example]:
         """The ``num_demos`` train examples whose masked questions are nearest to this one."""
-        if self.num_demos <= 0:
-            return []
-        query = dspy.Example(
-            question=question,
-            db_id=db.name,
-            evidence=evidence,
-            db_path=str(db.path) if db.path is not None else None,
-        )
-        return list(self._retriever().retrieve(query, self.num_demos))
+        return self.demo_source.retrieve(question, db, evidence)
+
+    def forward_part(self) -> dspy.Module | None:
+        """The forward linker whose list is SQL1's hint, or None when the linker has none."""
+        if isinstance(self.linker, BidirectionalLinker) and self.linker.use_forward:
+            return self.linker.forward_linker
+        if isinstance(self.linker, ForwardLinker):
+            return self.linker
+        return None
 
     # -- the pipeline ---------------------------------------------------------------------------------
 
@@ -361,47 +357,37 @@ class RSLSQL(SQLProgram):
         from sqlweave.programs.retrieval import as_demos
 
         schema = self.schema_for(db)
-        full_text = self.render(schema, descriptions=False)  # §III-B: no descriptions on S
+        full_text = self.full_schema_text(db)
         found = self.retrieve_demos(question, db, evidence)
         demos = as_demos(found, dialect=db.dialect, extra_fields={"hints": ""})
         common = {"dialect": db.dialect, "question": question, "evidence": evidence}
+        link_inputs = {**common, "schema": schema, "db_schema": full_text}
         stages: list[str] = []
 
         # Step 1: forward link -> SQL1 on the full schema -> backward link -> simplified schema.
         forward: LinkedSchema | None = None
-        if self.forward_linking:
-            forward = self.schema_linker.forward_linker(
-                question=question,
-                schema=schema,
-                db_schema=full_text,
-                evidence=evidence,
-                dialect=db.dialect,
-            ).linked
+        forward_linker = self.forward_part()
+        if forward_linker is not None:
+            forward = forward_linker(**link_inputs).linked
             forward = union(forward, columns_in_text(evidence, schema) if evidence else None)
             stages.append("forward_linking")
         hints1 = linking_hint(forward) if forward is not None else ""
-        sql1, raw1 = predict_sql(
-            self.preliminary_sql,
-            demos=self.preliminary_sql.demos + demos,
-            db_schema=full_text,
-            hints=hints1,
-            **common,
-        )
+        first = self.preliminary_sql(demos=demos, db_schema=full_text, hints=hints1, **common)
+        sql1 = first.sql
         stages.append("sql1")
 
-        simple = schema
-        link = None
-        if self.schema_linking:
-            link = self.schema_linker(
-                question=question,
-                schema=schema,
-                sql=sql1,
-                db_schema=full_text,
-                evidence=evidence,
-                dialect=db.dialect,
-                forward_linked=forward,
+        simple, linked, backward = schema, None, None
+        if isinstance(self.linker, ForwardLinker):
+            linked = forward
+            simple = forward.subset(schema)
+        elif self.linker is not None:
+            extra = (
+                {"forward_linked": forward} if isinstance(self.linker, BidirectionalLinker) else {}
             )
-            simple = link.schema
+            link = self.linker(**link_inputs, sql=sql1, db=db, **extra)
+            linked = link.linked
+            backward = getattr(link, "backward", linked)
+            simple = link.schema if linked else schema
             stages.append("backward_linking")
         simple_text = self.render(simple, descriptions=self.descriptions)
 
@@ -409,62 +395,59 @@ class RSLSQL(SQLProgram):
         sql2 = ""
         components: dict[str, list[str]] = {}
         hints2 = ""
-        if self.augmentation:
-            if any(self.components.values()):
+        if self.augmented_sql is not None:
+            if self.extract_components is not None:
                 components = self._components(simple_text, question, evidence)
                 stages.append("components")
             hints2 = component_hints(components)
-            sql2, _ = predict_sql(
-                self.augmented_sql,
-                demos=self.augmented_sql.demos + demos,
-                db_schema=simple_text,
-                hints=hints2,
-                **common,
-            )
+            sql2 = self.augmented_sql(
+                demos=demos, db_schema=simple_text, hints=hints2, **common
+            ).sql
             stages.append("sql2")
+        candidates = [sql1, sql2] if self.augmentation else [sql1]
 
-        # Step 3: binary selection between the full-schema and the simplified-schema answers.
-        sql3 = sql2 if self.augmentation else sql1
-        choice = None
-        if self.augmentation and self.selection:
-            picked = self.binary_selector(
-                candidates=[sql1, sql2],
+        # Step 3: selection between the full-schema and the simplified-schema answers.
+        sql3, choice = candidates[-1], None
+        if self.selector is not None:
+            picked = self.selector(
+                candidates=candidates,
                 db=db,
                 question=question,
                 evidence=evidence,
                 db_schema=simple_text,
             )
             sql3, choice = picked.sql, picked.choice
-            stages.append("selection" if picked.lm_called else "selection_no_call")
+            stages.append(
+                "selection" if getattr(picked, "lm_called", False) else "selection_no_call"
+            )
 
-        # Step 4: multi-turn self-correction on error or empty result.
-        final = sql3
-        rounds, history = 0, []
-        if self.self_correction and self.correction_rounds > 0:
-            fixed = self.self_correction_loop(
+        # Step 4: self-correction (multi-turn, on error or empty result, by default).
+        final, rounds, history = sql3, 0, []
+        if self.corrector is not None:
+            fixed = self.corrector(
                 sql=sql3, db=db, question=question, evidence=evidence, db_schema=simple_text
             )
             final, rounds, history = fixed.sql, fixed.rounds, fixed.history
             stages.append("self_correction")
 
-        return dspy.Prediction(
-            sql=final,
+        return stage_registry.result(
+            final,
+            stages=stages,
+            candidates=candidates,
+            linked=linked,
+            demos=found,
+            history=history,
             sql1=sql1,
             sql2=sql2,
             sql3=sql3,
-            raw=raw1,
-            candidates=[sql1, sql2] if self.augmentation else [sql1],
+            raw=first.raw,
             choice=choice,
             forward_linked=forward.names() if forward is not None else [],
-            backward_linked=link.backward.names() if link is not None and link.backward else [],
-            linked=link.linked.names() if link is not None else [],
+            backward_linked=backward.names() if backward else [],
             simplified_tables=[t.name for t in simple.tables],
             components=components,
             hints=[hints1, hints2],
-            demos=[str(ex.get("question", "")) for ex in found],
             correction_rounds=rounds,
-            correction_history=history,
-            stages=stages,
         )
 
     def _components(self, schema_text: str, question: str, evidence: str) -> dict[str, list[str]]:

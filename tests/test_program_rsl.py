@@ -20,6 +20,7 @@ from dspy.utils import DummyLM
 from sqlweave import programs
 from sqlweave.data import load_spider
 from sqlweave.db import Database
+from sqlweave.programs import stages
 from sqlweave.programs.retrieval import make_retriever
 from sqlweave.programs.rsl import RSLSQL, as_items, component_hints, random_rows
 
@@ -122,6 +123,7 @@ def test_full_pipeline_runs_the_four_steps_in_order(db, pool, retriever) -> None
     assert (pred.sql1, pred.sql2, pred.sql3) == (OLDER_40, OLDER_30, OLDER_30)
     assert pred.sql == OLDER_30 and pred.choice == 2 and pred.correction_rounds == 0
     assert pred.candidates == [OLDER_40, OLDER_30]
+    assert [h["sql"] for h in pred.history] == [OLDER_30]  # ran with rows: no correction
     assert pred.forward_linked == ["singer.Age", "singer.Name"]
     # Backward linking adds every column named in SQL1, in any table (stadium also has Name).
     assert "stadium.Name" in pred.backward_linked and "stadium.Name" in pred.linked
@@ -182,6 +184,7 @@ def test_self_correction_on_an_empty_result_is_multi_turn_and_bounded(db, pool, 
     pred, lm = run(rsl(pool, retriever, correction_rounds=2), answers, db)
     assert kinds(lm) == ["link", "generate", "extract", "generate", "correct", "correct"]
     assert pred.sql3 == EMPTY and pred.correction_rounds == 2
+    assert [h["sql"] for h in pred.history] == [EMPTY, BROKEN, EMPTY]
     # The second correction sees the first attempt too (multi-turn), and the empty result counts
     # as a failure (RSL retries on empty results, not only on errors).
     assert "Empty result" in last_user(lm, 4)
@@ -221,7 +224,7 @@ def test_demos_and_value_samples_switch_on_one_at_a_time(db, pool, retriever) ->
 
 def test_step2_without_components_makes_no_extraction_call(db, pool, retriever) -> None:
     program = rsl(pool, retriever, **RSLSQL.ABLATIONS["step2_no_components"])
-    assert not hasattr(program, "extract_components")
+    assert program.extract_components is None
     pred, lm = run(program, [LINK, {"sql": OLDER_40}, {"sql": OLDER_30}], db)
     assert kinds(lm) == ["link", "generate", "generate"]
     assert pred.sql == OLDER_30 and pred.components == {} and pred.hints[1] == ""
@@ -281,8 +284,7 @@ def test_every_ablation_is_listed_here() -> None:
 @pytest.mark.parametrize("name", sorted(RSLSQL.ABLATIONS))
 def test_every_ablation_constructs_and_runs(db, pool, retriever, name: str) -> None:
     switches = RSLSQL.ABLATIONS[name]
-    program = programs.get("rsl", **switches)
-    program._shared.pool, program._shared.retriever = pool, retriever
+    program = programs.get("rsl", pool=pool, retriever=retriever, **switches)
     sqls = iter([OLDER_40, OLDER_30])
     answers = [ANSWER.get(k) or {"sql": next(sqls)} for k in EXPECTED_CALLS[name]]
     pred, lm = run(program, answers, db)
@@ -299,12 +301,12 @@ def test_every_ablation_constructs_and_runs(db, pool, retriever, name: str) -> N
 def test_predictors_are_named_after_the_stages(pool, retriever) -> None:
     names = [n for n, _ in rsl(pool, retriever).named_predictors()]
     assert names == [
-        "schema_linker.forward_linker.link",
+        "linker.forward_linker.link",
         "preliminary_sql",
         "extract_components",
         "augmented_sql",
-        "binary_selector.select",
-        "self_correction_loop.correct",
+        "selector.select",
+        "corrector.correct",
     ]
     base = [n for n, _ in rsl(pool, retriever, **RSLSQL.ABLATIONS["base"]).named_predictors()]
     assert base == ["preliminary_sql"]
@@ -339,15 +341,19 @@ def test_compiled_demos_come_before_retrieved_ones(db, pool, retriever) -> None:
 def test_copies_share_the_pool_but_not_the_predictors(pool, retriever) -> None:
     program = rsl(pool, retriever)
     clone = program.deepcopy()
-    assert clone._shared is program._shared
+    source = program.demo_source
+    assert clone.demo_source.retriever() is source.retriever() is retriever
+    assert clone.demo_source.pool() is source.pool()
     assert clone.preliminary_sql is not program.preliminary_sql
-    reset = program.reset_copy()
-    assert reset._shared is program._shared and copy.deepcopy(program)._shared is program._shared
+    for copied in (program.reset_copy(), copy.deepcopy(program)):
+        assert copied.demo_source.retriever() is retriever
+        assert copied.demo_source.pool() is source.pool()
 
 
 def test_pool_is_loaded_only_when_first_needed() -> None:
     program = programs.get("rsl")
-    assert program._shared.pool is None and program._shared.retriever is None
+    # Only tokens: the default pool and its retriever are loaded by the first retrieval.
+    assert program.demo_source._pool is None and program.demo_source._retriever is None
 
 
 def test_default_retriever_is_the_masked_question_selector(db, pool) -> None:
@@ -360,7 +366,7 @@ def test_default_retriever_is_the_masked_question_selector(db, pool) -> None:
         db,
         question="How many singers are there?",
     )
-    assert program._shared.retriever.name == "masked_question"
+    assert program.demo_source.retriever().name == "masked_question"
     assert len(pred.demos) == 3 and all(q in prompt(lm, 0) for q in pred.demos)
     assert any(q.lower().startswith("how many") for q in pred.demos)
 
@@ -437,3 +443,153 @@ def test_postgres_database_runs_the_full_pipeline(spider_root, pool, retriever) 
         "Using valid PostgreSQL" in last_user(lm, 1)
         and pred.sql == "SELECT name FROM singer WHERE age > 40"
     )
+
+
+# --- stages: every linker, selector and corrector, on the bundled database ----------------------
+
+#: Replies by what the final message asks for (DummyLM's dict mode: first key contained wins),
+#: so one script serves every stage combination whatever calls it makes. SQL2 (its hints list
+#: elements) returns nothing, so the selectors differ and the execution corrector has work.
+STAGE_REPLIES = {
+    "-- Feedback": {"corrected_sql": OLDER_30},
+    "[[ ## columns ## ]]": LINK,
+    "[[ ## keywords ## ]]": PARTS,
+    "[[ ## choice ## ]]": {"choice": "2"},
+    "-- Elements:": {"sql": EMPTY},
+    "answer the following question": {"sql": OLDER_40},
+}
+ALL_TABLES = ["concert", "singer", "singer_in_concert", "stadium"]
+
+
+@pytest.fixture()
+def bundled_db(tmp_path, demo_concert_db) -> Database:
+    """A private copy of the concert_singer database shipped in the package."""
+    import shutil
+
+    path = tmp_path / "concert_singer.sqlite"
+    shutil.copy(demo_concert_db, path)
+    return Database.open(path)
+
+
+@pytest.fixture()
+def tiny_retriever():
+    """Two solved questions of another database, retrieved by word overlap (no model)."""
+    demos = [
+        dspy.Example(
+            question=question,
+            gold_sql=sql,
+            db_id="farm",
+            split="train",
+            evidence="",
+        )
+        for question, sql in (
+            ("Names of farms older than 10?", "SELECT name FROM farm WHERE age > 10"),
+            ("How many cities are there?", "SELECT count(*) FROM city"),
+        )
+    ]
+    return make_retriever("jaccard", demos)
+
+
+def staged(tiny_retriever, role: str, name: str) -> RSLSQL:
+    program = programs.get("rsl", num_demos=2, retriever=tiny_retriever, **{role: name})
+    assert program.switches[role] == name
+    return program
+
+
+def run_staged(program: RSLSQL, db: Database) -> dspy.Prediction:
+    with dspy.context(lm=DummyLM(STAGE_REPLIES)):
+        pred = program(question=QUESTION, db=db)
+    for field in stages.CONTRACT:
+        assert field in pred, field
+    assert pred.sql and pred.candidates == [OLDER_40, EMPTY]
+    assert pred.demos == ["Names of farms older than 10?", "How many cities are there?"]
+    assert pred.stages[-1] == "self_correction" and "sql1" in pred.stages
+    # Rebuilt from its switches (the artefact path), the program has the same stages.
+    rebuilt = programs.get("rsl", **program.switches)
+    assert [n for n, _ in rebuilt.named_predictors()] == [n for n, _ in program.named_predictors()]
+    return pred
+
+
+def test_defaults_are_the_papers_stages() -> None:
+    program = RSLSQL(num_demos=0)
+    assert {r: program.switches[r] for r in stages.ROLES} == {
+        "linker": "bidirectional",
+        "selector": "lm",
+        "corrector": "execution",
+    }
+
+
+@pytest.mark.parametrize("name", stages.available("linker"))
+def test_every_linker_runs_in_rsl(bundled_db, tiny_retriever, name: str) -> None:
+    pred = run_staged(staged(tiny_retriever, "linker", name), bundled_db)
+    forward = name in ("forward", "bidirectional")
+    assert ("forward_linking" in pred.stages) == forward
+    assert ("backward_linking" in pred.stages) == (name not in ("none", "forward"))
+    assert bool(pred.forward_linked) == forward
+    assert pred.hints[0] == ("Columns likely needed: singer.Age, singer.Name" if forward else "")
+    if name == "none":
+        assert pred.linked == [] and sorted(pred.simplified_tables) == ALL_TABLES
+    else:  # every linker finds singer's columns (from the LM's list or from SQL1)
+        assert "singer.Name" in pred.linked or "singer.*" in pred.linked
+        assert "singer" in pred.simplified_tables and "concert" not in pred.simplified_tables
+    if name == "forward":
+        assert pred.linked == pred.forward_linked and pred.backward_linked == []
+
+
+@pytest.mark.parametrize("name", stages.available("selector"))
+def test_every_selector_runs_in_rsl(bundled_db, tiny_retriever, name: str) -> None:
+    pred = run_staged(staged(tiny_retriever, "selector", name), bundled_db)
+    # The LM picks SQL2 (its empty result), which the execution corrector then repairs; the vote
+    # prefers the non-empty answer on a tie and "first" takes SQL1 unexecuted.
+    expected = {"lm": (EMPTY, 2, "selection"), "vote": (OLDER_40, 1, "selection_no_call")}
+    sql3, choice, stage = expected.get(name, (OLDER_40, 1, "selection_no_call"))
+    assert (pred.sql3, pred.choice) == (sql3, choice) and stage in pred.stages
+    assert pred.sql == (OLDER_30 if name == "lm" else OLDER_40)
+
+
+@pytest.mark.parametrize("name", stages.available("corrector"))
+def test_every_corrector_runs_in_rsl(bundled_db, tiny_retriever, name: str) -> None:
+    pred = run_staged(staged(tiny_retriever, "corrector", name), bundled_db)
+    assert pred.sql3 == EMPTY  # the LM selection picked SQL2, which returns no rows
+    if name == "execution":  # empty counts as a failure: one LM round fixes it
+        assert pred.sql == OLDER_30 and pred.correction_rounds == 1
+        assert [h["sql"] for h in pred.history] == [EMPTY, OLDER_30]
+    elif name in ("none", "rules"):  # nothing to fix without executing (no literal), no call
+        assert pred.sql == EMPTY and pred.correction_rounds == 0 and pred.history == []
+
+
+def test_a_stage_instance_is_used_as_given(bundled_db, tiny_retriever) -> None:
+    from sqlweave.programs.linking import DraftTablesLinker
+
+    mine = DraftTablesLinker()
+    program = programs.get("rsl", num_demos=2, retriever=tiny_retriever, linker=mine)
+    assert program.linker is mine and program.switches["linker"] == "tables"
+    pred = run_staged(program, bundled_db)
+    assert pred.linked == ["singer.*"] and pred.simplified_tables == ["singer"]
+
+
+def test_step_switches_still_decide_whether_a_stage_runs(bundled_db, tiny_retriever) -> None:
+    program = programs.get(
+        "rsl",
+        retriever=tiny_retriever,
+        linker="values",
+        selector="vote",
+        corrector="rules",
+        **RSLSQL.ABLATIONS["base"],
+    )
+    assert program.linker is None and program.selector is None and program.corrector is None
+    with dspy.context(lm=DummyLM(STAGE_REPLIES)):
+        pred = program(question=QUESTION, db=bundled_db)
+    assert pred.stages == ["sql1"] and pred.sql == OLDER_40 and pred.candidates == [OLDER_40]
+
+
+def test_schemas_are_cached_per_database_for_every_program(bundled_db) -> None:
+    from sqlweave.caches import CACHE
+
+    one, two = RSLSQL(num_demos=0), copy.deepcopy(RSLSQL(num_demos=0))
+    assert one.schema_for(bundled_db) is two.schema_for(bundled_db)
+    assert one.full_schema_text(bundled_db) is two.full_schema_text(bundled_db)
+    other = RSLSQL(num_demos=0, value_samples=0)
+    assert other.schema_for(bundled_db) is not one.schema_for(bundled_db)
+    CACHE.clear()
+    assert one.schema_for(bundled_db) == two.schema_for(bundled_db)
