@@ -8,7 +8,8 @@ One run, one model, one thread count, the same questions (the first 50 of ``spid
 - ``naive``: sqlweave's ``naive`` program (the same prompt) through :func:`sqlweave.evaluate`;
 - ``direct``: sqlweave's ``direct`` program;
 - ``direct_lookup``: ``direct`` with prompt-lookup decoding (``--lookup`` draft tokens);
-- ``sc8``: self-consistency over ``direct``, ``--samples`` samples (the first greedy).
+- ``sc8``: self-consistency: ``direct`` with ``samples=--samples`` (the first greedy, the
+  others at ``--temperature``) and its execution vote.
 
 Per mode: EX, seconds per question, prompt tokens sent and evaluated per question (the rest came
 from the KV cache or a prompt snapshot), decode tokens/s (completion tokens over the seconds
@@ -198,16 +199,9 @@ def program_for(mode: str, samples: int, temperature: float) -> Callable[..., An
     """The program a mode evaluates, as a callable of the example's inputs."""
     from sqlweave import programs
 
-    if mode in ("naive", "direct", "direct_lookup"):
-        return programs.get("direct" if mode == "direct_lookup" else mode)
-    from sqlweave.programs.voting import SelfConsistency
-
-    voting = SelfConsistency(programs.get("direct"), n=samples, temperature=temperature)
-
-    def self_consistency(question: str, db_path: str, evidence: str = "", **_: Any) -> Any:
-        return voting(db=db_path, question=question, evidence=evidence)
-
-    return self_consistency
+    if mode == "sc8":  # direct's own self-consistency: samples, then the execution vote
+        return programs.get("direct", samples=samples, temperature=temperature)
+    return programs.get("direct" if mode == "direct_lookup" else mode)
 
 
 def run_sqlweave(

@@ -396,17 +396,21 @@ def test_n_samples_through_dspy_keep_their_prompt(recording) -> None:
     assert len({repr(m) for m in fake.messages}) == 1  # one prompt, three continuations
 
 
-def test_self_consistency_samples_share_one_prompt(recording, demo_concert_db) -> None:
+@pytest.mark.parametrize("wrapped", [True, False])
+def test_self_consistency_samples_share_one_prompt(recording, demo_concert_db, wrapped) -> None:
     from sqlweave.adapter import SQLAdapter
     from sqlweave.programs.direct import DirectSQL
     from sqlweave.programs.voting import SelfConsistency
 
     spec, fake = recording
     lm = dspy.LM(spec, engine=LlamaCppEngine(spec), cache=False, num_retries=0)
+    program = (
+        SelfConsistency(DirectSQL(), n=4, temperature=0.7)
+        if wrapped
+        else DirectSQL(samples=4, temperature=0.7)
+    )
     with dspy.context(lm=lm, adapter=SQLAdapter(prefill=False)):
-        pred = SelfConsistency(DirectSQL(), n=4, temperature=0.7)(
-            db=demo_concert_db, question="How many singers are there?"
-        )
+        pred = program(db=demo_concert_db, question="How many singers are there?")
     assert pred.sql == "SELECT 1" and len(fake.messages) == 4
     assert len({repr(m) for m in fake.messages}) == 1
     # The greedy candidate runs as direct does; the samples keep the prompt they share.
@@ -537,7 +541,8 @@ def test_small_model_self_consistency_greedy_candidate_is_direct(demo_concert_db
     lm = build_lm(sqlweave_lm.SMALL_MODEL, max_tokens=128, cache=False)
     with dspy.context(lm=lm):
         direct = DirectSQL()(db=demo_concert_db, question=QUESTIONS[1]).sql
-        pred = SelfConsistency(DirectSQL(), n=3, temperature=0.8)(
+        wrapped = SelfConsistency(DirectSQL(), n=3, temperature=0.8)(
             db=demo_concert_db, question=QUESTIONS[1]
         )
-    assert pred.candidates[0] == direct
+        sampled = DirectSQL(samples=3, temperature=0.8)(db=demo_concert_db, question=QUESTIONS[1])
+    assert wrapped.candidates[0] == direct and sampled.candidates[0] == direct
