@@ -500,8 +500,13 @@ def test_small_model_prompt_lookup_keeps_greedy_output(demo_concert_db: Path) ->
     plain = LlamaCppEngine(sqlweave_lm.SMALL_MODEL, prompt_lookup=0)
     lookup = LlamaCppEngine(sqlweave_lm.SMALL_MODEL, prompt_lookup=10)
     drafted = 0
+    llama = plain._loaded().llama  # one model for both engines
     for question in QUESTIONS:
+        # Each call from an empty KV cache, so both evaluate the prompt alike and only the
+        # drafts differ (a replayed last token may round differently from a batched one).
+        llama.reset()
         expected = plain.complete(_sql_request(plain.spec, schema, question))
+        llama.reset()
         got = lookup.complete(_sql_request(lookup.spec, schema, question))
         assert got.text == expected.text, question
         drafted += (got.provider_data or {})["draft_tokens"]
@@ -529,7 +534,8 @@ def test_small_model_samples_evaluate_the_prompt_once(demo_concert_db: Path) -> 
             _sql_request(engine.spec, schema, QUESTIONS[0], temperature=0.8)
         ).provider_data
         assert sample is not None and sample["prompt_eval_tokens"] <= 1, sample
-        assert sample["prompt_eval_tokens"] + sample["reused_prompt_tokens"] == prompt_tokens
+        if i == 1:  # brought back from the snapshot the first sample kept
+            assert sample["restored_tokens"] == prompt_tokens, sample
 
 
 @pytest.mark.lm
