@@ -45,22 +45,14 @@ Calls per question with the defaults: 1 (PreSQL) + 1 (FinSQL) + 2 (samples) = 4 
 :func:`sqlweave.lm.track_usage`). When linking keeps every table (or is off) the greedy FinSQL of
 the current LM would see PreSQL's prompt, so PreSQL stands in for it and that call is saved.
 
-**Stages** (:mod:`sqlweave.programs.stages`). The pipeline is a composition of shared stages:
-a :class:`~sqlweave.programs.demos.DemoSource`, two :class:`~sqlweave.programs.base.Generator`
-predictors (``presql``, ``finsql``), and the three replaceable roles, each a registry name or a
-module instance:
-
-* ``linker`` (default ``tables``, §3.3) reads PreSQL as its draft. A table link keeps the linked
-  tables whole, as the paper does; a column-level link (``columns``, ``values``, ``forward``,
-  ``bidirectional``) keeps its columns plus the keys (and bridge tables) joins need
-  (:meth:`~sqlweave.programs.linking.LinkedSchema.subset`), rendered by :func:`render_pet` like
-  the paper's reduced schema. An empty link keeps the whole schema. ``none`` skips linking
-  (FinSQL then sees PreSQL's prompt, so PreSQL stands in for it); ``schema_linking=False`` is
-  Table 7's "w/o SL" as before.
-* ``selector`` (default ``vote``, §3.4) chooses among the candidates that ``consistency`` and the
-  hardness voters let through; ``lm`` lets the LM choose among them, ``first`` takes the first.
-  With ``consistency="none"`` there is one candidate and no selection.
-* ``corrector`` (default ``none``: the paper has no correction) runs on the chosen SQL.
+**Stages** (:mod:`sqlweave.programs.stages`): a :class:`~sqlweave.programs.demos.DemoSource`, two
+:class:`~sqlweave.programs.base.Generator` predictors (``presql``, ``finsql``) and three roles, each
+a registry name or a module. ``linker`` (default ``tables``) reads PreSQL as its draft; a table
+link keeps its tables whole (the paper), a column-level link keeps its columns plus the keys and
+bridge tables joins need; an empty link keeps the whole schema; ``none`` skips linking.
+``selector`` (default ``vote``) chooses among the candidates ``consistency`` and the hardness
+voters let through (none with ``consistency="none"``). ``corrector`` (default ``none``: the paper
+has no correction) runs on the chosen SQL.
 """
 
 from __future__ import annotations
