@@ -365,29 +365,16 @@ class RSLSQL(SQLProgram):
         stages: list[str] = []
 
         # Step 1: forward link -> SQL1 on the full schema -> backward link -> simplified schema.
-        forward: LinkedSchema | None = None
-        forward_linker = self.forward_part()
-        if forward_linker is not None:
-            forward = forward_linker(**link_inputs).linked
-            forward = union(forward, columns_in_text(evidence, schema) if evidence else None)
+        forward = self._forward_link(link_inputs)
+        if forward is not None:
             stages.append("forward_linking")
         hints1 = linking_hint(forward) if forward is not None else ""
         first = self.preliminary_sql(demos=demos, db_schema=full_text, hints=hints1, **common)
         sql1 = first.sql
         stages.append("sql1")
 
-        simple, linked, backward = schema, None, None
-        if isinstance(self.linker, ForwardLinker):
-            linked = forward
-            simple = forward.subset(schema)
-        elif self.linker is not None:
-            extra = (
-                {"forward_linked": forward} if isinstance(self.linker, BidirectionalLinker) else {}
-            )
-            link = self.linker(**link_inputs, sql=sql1, db=db, **extra)
-            linked = link.linked
-            backward = getattr(link, "backward", linked)
-            simple = link.schema if linked else schema
+        linked, backward, simple = self._backward_link(link_inputs, sql1, db, forward)
+        if backward is not None:
             stages.append("backward_linking")
         simple_text = self.render(simple, descriptions=self.descriptions)
 
@@ -449,6 +436,31 @@ class RSLSQL(SQLProgram):
             hints=[hints1, hints2],
             correction_rounds=rounds,
         )
+
+    def _forward_link(self, inputs: dict[str, Any]) -> LinkedSchema | None:
+        """Step 1's forward list (the LM's columns plus the evidence's), or None without one."""
+        forward_linker = self.forward_part()
+        if forward_linker is None:
+            return None
+        schema, evidence = inputs["schema"], inputs["evidence"]
+        forward = forward_linker(**inputs).linked
+        return union(forward, columns_in_text(evidence, schema) if evidence else None)
+
+    def _backward_link(
+        self, inputs: dict[str, Any], sql1: str, db: Database, forward: LinkedSchema | None
+    ) -> tuple[LinkedSchema | None, LinkedSchema | None, Schema]:
+        """``(linked, backward, simplified schema)`` after SQL1; ``backward`` is None when no
+        linker read SQL1 (no linking, or a forward-only linker), and an empty link keeps the
+        whole schema."""
+        schema = inputs["schema"]
+        if isinstance(self.linker, ForwardLinker):
+            return forward, None, forward.subset(schema) if forward is not None else schema
+        if self.linker is None:
+            return None, None, schema
+        extra = {"forward_linked": forward} if isinstance(self.linker, BidirectionalLinker) else {}
+        link = self.linker(**inputs, sql=sql1, db=db, **extra)
+        backward = getattr(link, "backward", None) if extra else link.linked
+        return link.linked, backward or LinkedSchema(), link.schema if link.linked else schema
 
     def _components(self, schema_text: str, question: str, evidence: str) -> dict[str, list[str]]:
         """Elements, conditions and keywords from one call; switched-off parts are dropped."""
