@@ -261,32 +261,6 @@ class DuboV1(_Dubo):
 # --- v2 -------------------------------------------------------------------------------------------
 
 
-class _EncodedDemoSource(DemoSource):
-    """A :class:`DemoSource` whose embedding retriever uses an injected ``encoder``.
-
-    The encoder (a sentence model) is kept in :data:`sqlweave.caches.CACHE` like the pool, and
-    this object holds only its token, so deep copies of the program share it.
-    """
-
-    def __init__(self, *args: Any, encoder: Any = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._encoder = CACHE.put(encoder) if encoder is not None else None
-
-    def retriever(self) -> Any:
-        if self._encoder is None:
-            return super().retriever()
-        from sqlweave.programs.retrieval import make_retriever
-
-        key = (self.strategy, self._pool or self.source, self._encoder)
-        key += tuple(sorted(self.options.items()))
-        encoder = CACHE.get(self._encoder)
-        return CACHE.memo(
-            "retriever",
-            key,
-            lambda: make_retriever(self.strategy, self.pool(), encoder=encoder, **self.options),
-        )
-
-
 class DuboV2(_Dubo):
     """Dubo-SQL v2: per-column schema lines, diverse retrieved demos, JSON answer, correction loop.
 
@@ -380,7 +354,7 @@ class DuboV2(_Dubo):
         self.example_values = example_values
         self.demo_schema = demo_schema
         self.pool_source = pool_source
-        self.demo_source = _EncodedDemoSource(
+        self.demo_source = DemoSource(
             "question",
             num_demos,
             source=pool_source,
