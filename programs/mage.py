@@ -29,6 +29,12 @@ The pipeline (MageSQL §III), one question at a time:
    never from gold), one zero-shot **correct** call with guideline hints chosen by heuristics
    (:func:`choose_guidelines`; ``prompt_correction``).
 
+As stages (:mod:`sqlweave.programs.stages`): the draft and the generation are
+:class:`~sqlweave.programs.base.Generator` stages, demo selection a :class:`MageDemos` source, the
+correction the ``mage`` corrector (:class:`MageCorrector`). MageSQL links nothing and selects
+nothing (``linker="none"``, ``selector="first"`` over the generation and the draft), so another
+linker, selector or corrector is a constructor argument: ``get("mage", linker="bidirectional")``.
+
 Defaults: ``num_demos=4``. The paper tunes k per method up to 10 (more did not help with GPT-4);
 four keeps a 1.5B local model's prompt short (each demo costs context and seconds), and the
 ablation runner may raise it. Calls per question: 1 (zero-shot, easy) to 3 (structure strategy,
@@ -44,8 +50,8 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, ClassVar
 
 import dspy
@@ -54,19 +60,18 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
+from sqlweave.caches import CACHE, db_key
 from sqlweave.db import Database
 from sqlweave.metrics import spider_hardness
-from sqlweave.programs.base import SQLProgram, predict_sql, resolve_database
-from sqlweave.programs.retrieval import (
-    DemoRetriever,
-    RandomRetriever,
-    as_demos,
-    make_retriever,
-)
-from sqlweave.programs.rules import apply_rules, is_hard_case
+from sqlweave.programs import stages as stage_registry
+from sqlweave.programs.base import Generator, SQLProgram, predict_sql, resolve_database
+from sqlweave.programs.correction import RuleCorrector
+from sqlweave.programs.demos import DemoSource
+from sqlweave.programs.linking import LinkedSchema
+from sqlweave.programs.retrieval import DemoRetriever, RandomRetriever, as_demos
+from sqlweave.programs.rules import is_hard_case
 from sqlweave.schema import introspect, render_ddl
 from sqlweave.signatures import CorrectSQL, GenerateSQL
-from sqlweave.values import ValueIndex
 
 logger = logging.getLogger(__name__)
 
@@ -221,37 +226,123 @@ class HardnessRetriever(RandomRetriever):
         return base + (self._levels == level) * float(len(self.pool))
 
 
-# --- per-process derived data shared by copies of a program ----------------------------------------
+# --- the demo source and the corrector of MageSQL (stages of sqlweave.programs.stages) -------------
 
 
-class _Cache:
-    """Pool, retrievers, rendered schemas and value indexes; derived data only.
+class MageDemos(DemoSource):
+    """:class:`~sqlweave.programs.demos.DemoSource` that also knows the ``hardness`` strategy.
 
-    DSPy optimizers deep-copy programs; copying a 7k-example pool and its indexes per candidate
-    would be slow and pointless, so a copy shares this object.
+    :class:`HardnessRetriever` is MageSQL's own, so :func:`make_retriever` does not build it; it is
+    built here on first use, once per process for each pool and options, like every retriever.
     """
 
-    def __init__(self, pool: list[dspy.Example] | None) -> None:
-        self.pool = pool
-        self.retrievers: dict[str, Any] = {}
-        self.schemas: dict[tuple[str, str, bool], str] = {}
-        self.values: dict[tuple[str, str], ValueIndex] = {}
-        self.lock = threading.Lock()
+    def retriever(self) -> DemoRetriever:
+        """The retriever of ``strategy``, built on first use and shared process-wide."""
+        if self.strategy != "hardness" or self._retriever is not None:
+            return super().retriever()
+        key = (self._pool or self.source, tuple(sorted(self.options.items())))
+        return CACHE.memo(
+            "mage.hardness_retriever", key, lambda: HardnessRetriever(self.pool(), **self.options)
+        )
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> _Cache:
-        return self
+
+class MageCorrector(dspy.Module):
+    """The ``mage`` corrector: MageSQL's error correction (§III-D), no execution.
+
+    The rule table first (``rule_correction``: the ``rules`` corrector,
+    :class:`~sqlweave.programs.correction.RuleCorrector`); if no rule fired and the SQL looks hard
+    (:func:`~sqlweave.programs.rules.is_hard_case`), one zero-shot **correct** call whose feedback
+    lists the guidelines :func:`choose_guidelines` picks (``prompt_correction``). Follows the
+    corrector protocol of :mod:`sqlweave.programs.stages` and returns ``Prediction(sql, rounds,
+    history, stages, fired, hard_case, guidelines, corrected_sql)``; ``hard_case`` is None when
+    the prompt step was not considered (switched off, or a rule fired).
+    """
+
+    def __init__(self, rule_correction: bool = True, prompt_correction: bool = True) -> None:
+        super().__init__()
+        self.rule_correction = rule_correction
+        self.prompt_correction = prompt_correction
+        self.rules = RuleCorrector()
+        self.correct = dspy.Predict(CorrectSQL)
+
+    def forward(
+        self,
+        sql: str,
+        db: Database | str | Path,
+        question: str = "",
+        evidence: str = "",
+        db_schema: str | None = None,
+        **_: Any,
+    ) -> dspy.Prediction:
+        from sqlweave.adapter import use_default_adapter
+
+        database = resolve_database(db)
+        dialect = database.dialect
+        stages: list[str] = []
+        history: list[dict[str, Any]] = []
+        fired: list[str] = []
+        if self.rule_correction and sql:
+            ruled = self.rules(sql=sql, db=database, question=question)
+            fired, sql = list(ruled.fired), ruled.sql
+            history += ruled.history
+            stages.append("rules")
+
+        hard: bool | None = None
+        guidelines: list[str] = []
+        corrected = ""
+        if self.prompt_correction and not fired:
+            hard = is_hard_case(sql, dialect)
+            if hard:
+                guidelines = choose_guidelines(question, sql, dialect)
+                feedback = guideline_feedback(guidelines)
+                if db_schema is None:
+                    db_schema = render_ddl(introspect(database), descriptions=False)
+                with use_default_adapter():
+                    corrected, _raw = predict_sql(
+                        self.correct,
+                        field="corrected_sql",
+                        dialect=dialect,
+                        db_schema=db_schema,
+                        question=question,
+                        sql=sql,
+                        feedback=feedback,
+                        evidence=evidence,
+                    )
+                history.append({"sql": sql, "feedback": feedback})
+                stages.append("correct")
+                sql = corrected or sql
+        return dspy.Prediction(
+            sql=sql,
+            rounds=int(bool(fired)) + int(bool(guidelines)),
+            history=history,
+            stages=stages,
+            fired=fired,
+            hard_case=hard,
+            guidelines=guidelines,
+            corrected_sql=corrected,
+        )
+
+
+# --- the pipeline ----------------------------------------------------------------------------------
 
 
 class MageSQL(SQLProgram):
     """MageSQL (draft → structure-aware demos → few-shot SQL → rule / guideline correction).
 
     Switches (defaults = the paper's final system): ``strategy`` (see the module docstring),
-    ``num_demos`` (k), ``rule_correction``, ``prompt_correction``, ``demo_schema`` (show each
-    demo's own DDL), ``column_descriptions`` (BIRD column descriptions as DDL comments; off, as the
-    paper's DDL has none), ``pool_source`` (``spider`` or ``bird`` train pool) and
-    ``retriever_options`` (passed to the retriever, e.g. the GNN checkpoint for ``graph``).
-    ``pool`` and ``retriever`` (not switches: they are data) replace the default train pool and
-    the retriever built over it for ``strategy``.
+    ``num_demos`` (k), ``rule_correction``, ``prompt_correction`` (the two halves of the ``mage``
+    corrector), ``demo_schema`` (show each demo's own DDL), ``column_descriptions`` (BIRD column
+    descriptions as DDL comments; off, as the paper's DDL has none), ``pool_source`` (``spider``
+    or ``bird`` train pool) and ``retriever_options`` (passed to the retriever, e.g. the GNN
+    checkpoint for ``graph``). ``pool`` and ``retriever`` (not switches: they are data) replace
+    the default train pool and the retriever built over it for ``strategy``.
+
+    The roles of :mod:`sqlweave.programs.stages` are replaceable by name or instance. The paper's
+    choices are the defaults: ``linker="none"`` (MageSQL links nothing; another linker runs
+    after the draft, reads it, and prunes the schema the generation and correction see),
+    ``selector="first"`` (over the generated SQL and the draft: the draft only stands in for an
+    empty generation) and ``corrector="mage"`` (:class:`MageCorrector`; ``"rules"`` is the rule
+    half alone, ``"execution"`` Dubo-SQL's loop).
 
     ``graph`` needs :class:`sqlweave.gnn.retriever.GraphRetriever` and a trained model: one
     ``sqlweave gnn train`` wrote, else the checkpoint shipped in the package (trained on Spider
@@ -289,6 +380,9 @@ class MageSQL(SQLProgram):
         column_descriptions: bool = False,
         pool_source: str = "spider",
         retriever_options: dict[str, Any] | None = None,
+        linker: str | dspy.Module = "none",
+        selector: str | dspy.Module = "first",
+        corrector: str | dspy.Module = "mage",
         *,
         pool: Iterable[dspy.Example] | None = None,
         retriever: DemoRetriever | None = None,
@@ -308,6 +402,9 @@ class MageSQL(SQLProgram):
             column_descriptions=column_descriptions,
             pool_source=pool_source,
             retriever_options=dict(retriever_options or {}),
+            linker=stage_registry.name_of("linker", linker),
+            selector=stage_registry.name_of("selector", selector),
+            corrector=stage_registry.name_of("corrector", corrector),
         )
         self.strategy = strategy
         self.num_demos = num_demos
@@ -317,159 +414,130 @@ class MageSQL(SQLProgram):
         self.column_descriptions = column_descriptions
         self.pool_source = pool_source
         self.retriever_options = dict(retriever_options or {})
-        self.draft = dspy.Predict(GenerateSQL)
-        self.generate = dspy.Predict(GenerateSQL)
-        self.correct = dspy.Predict(CorrectSQL)
-        self._cache = _Cache(list(pool) if pool is not None else None)
-        if retriever is not None:
-            self._cache.retrievers[strategy] = retriever
-
-    # --- cached per-database and per-pool work ---------------------------------------------------
+        options = dict(self.retriever_options)
+        if strategy in ("skeleton", "pqgram"):
+            options.setdefault("dialect", POOL_DIALECT)
+        self.demo_source = MageDemos(
+            strategy, num_demos, source=pool_source, pool=pool, retriever=retriever, options=options
+        )
+        self.draft = Generator(GenerateSQL)
+        self.generate = Generator(GenerateSQL)
+        self.linker = stage_registry.build("linker", linker)
+        self.selector = stage_registry.build("selector", selector)
+        halves = {"rule_correction": rule_correction, "prompt_correction": prompt_correction}
+        self.corrector = stage_registry.build(
+            "corrector", corrector, **(halves if corrector == "mage" else {})
+        )
 
     @property
     def uses_draft(self) -> bool:
         """Whether demo selection reads a draft SQL (so the draft call is made)."""
         return self.strategy in DRAFT_STRATEGIES and self.num_demos > 0
 
-    def schema_text(self, db: Database) -> str:
-        """The DDL of ``db`` as the prompts show it, rendered once per database."""
-        key = (db.name, db.fingerprint, self.column_descriptions)
-        with self._cache.lock:
-            hit = self._cache.schemas.get(key)
-        if hit is None:
-            hit = render_ddl(introspect(db), descriptions=self.column_descriptions)
-            with self._cache.lock:
-                self._cache.schemas[key] = hit
-        return hit
-
-    def value_index(self, db: Database) -> ValueIndex:
-        """The stored values the string-format rule compares literals with, built once per db."""
-        key = (db.name, db.fingerprint)
-        with self._cache.lock:
-            hit = self._cache.values.get(key)
-        if hit is None:
-            hit = ValueIndex.build(db)
-            with self._cache.lock:
-                self._cache.values[key] = hit
-        return hit
-
-    def demo_pool(self) -> list[dspy.Example]:
-        """The train pool, loaded on first use (the default is the ``pool_source`` train split)."""
-        if self._cache.pool is None:
-            from sqlweave.programs.pools import default_pool
-
-            self._cache.pool = default_pool(self.pool_source)
-        return self._cache.pool
-
-    def retriever(self) -> Any:
-        """The retriever of ``strategy`` over the pool, built on first use and kept."""
-        with self._cache.lock:
-            hit = self._cache.retrievers.get(self.strategy)
-        if hit is not None:
-            return hit
-        pool = self.demo_pool()
-        options = dict(self.retriever_options)
-        if self.strategy == "hardness":
-            built = HardnessRetriever(pool, **options)
-        else:
-            if self.strategy in ("skeleton", "pqgram"):
-                options.setdefault("dialect", POOL_DIALECT)
-            built = make_retriever(self.strategy, pool, **options)
-        with self._cache.lock:
-            self._cache.retrievers[self.strategy] = built
-        return built
+    def schema_text(self, db: Database, linked: LinkedSchema | None = None) -> str:
+        """The DDL of ``db`` as the prompts show it (only the ``linked`` part when one is given)."""
+        if linked:
+            return render_ddl(linked.subset(introspect(db)), descriptions=self.column_descriptions)
+        return CACHE.memo(
+            "mage.schema",
+            (*db_key(db), self.column_descriptions),
+            lambda: render_ddl(introspect(db), descriptions=self.column_descriptions),
+        )
 
     def _demo_schema(self, example: Any) -> str:
         return self.schema_text(resolve_database(db_path=example.get("db_path")))
 
+    def link(self, question: str, db: Database, evidence: str, draft_sql: str) -> LinkedSchema:
+        """The linker's choice of schema for the generation (empty: keep it whole)."""
+        return self.linker(
+            question=question,
+            schema=introspect(db),
+            sql=draft_sql,
+            db_schema=self.schema_text(db),
+            evidence=evidence,
+            dialect=db.dialect,
+            db=db,
+        ).linked
+
     # --- the pipeline -----------------------------------------------------------------------------
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
-        """Run draft (if needed), demo selection, few-shot generation and error correction."""
-        dialect = db.dialect
-        schema = self.schema_text(db)
-        inputs = {"dialect": dialect, "db_schema": schema, "question": question}
+        """Draft (if needed), demo selection, [linking], few-shot generation, [selection],
+        error correction."""
         stages: list[str] = []
-
+        inputs = {"dialect": db.dialect, "db_schema": self.schema_text(db), "question": question}
         draft_sql = ""
         if self.uses_draft:
-            draft_sql, _ = predict_sql(self.draft, evidence=evidence, **inputs)
+            draft_sql = self.draft(evidence=evidence, **inputs).sql
             stages.append("draft")
 
         found: list[Any] = []
-        if self.strategy == "graph" and not draft_sql:
-            # No draft, no graph to compare: zero-shot, as the graph retriever does for a draft
-            # that does not parse (the tree retrievers fall back to question words instead).
-            logger.info("no draft SQL for graph demo selection; answering zero-shot")
-        elif self.strategy != "none" and self.num_demos > 0:
-            probe = {
-                "question": question,
-                "db_id": db.name,
-                "evidence": evidence,
-                "draft_sql": _to_pool_dialect(draft_sql, dialect),
-            }
-            if getattr(db, "path", None):
-                probe["db_path"] = str(db.path)
-            found = self.retriever().retrieve(probe, self.num_demos)
+        # graph without a draft has no graph to compare: zero-shot (a draft that does not parse
+        # gets the same from the graph retriever; the tree retrievers fall back to question words)
+        if self.demo_source.active and (draft_sql or self.strategy != "graph"):
+            pool_sql = _to_pool_dialect(draft_sql, db.dialect)
+            found = self.demo_source.retrieve(question, db, evidence, pool_sql)
             stages.append("select_demos")
         demos = as_demos(
             list(reversed(found)),  # best last: nearest the question it should resemble
-            dialect=dialect,
+            dialect=db.dialect,
             schema_text=self._demo_schema if self.demo_schema else None,
         )
-        generated, raw = predict_sql(
-            self.generate, demos=[*self.generate.demos, *demos], evidence=evidence, **inputs
-        )
+
+        linked = None
+        if stage_registry.name_of("linker", self.linker) != "none":
+            linked = self.link(question, db, evidence, draft_sql)
+            inputs["db_schema"] = self.schema_text(db, linked)
+            stages.append("linking")
+
+        generated = self.generate(demos=demos, evidence=evidence, **inputs)
         stages.append("generate")
-        if not generated and draft_sql:
-            logger.debug("few-shot generation gave no SQL; keeping the draft")
-            generated = draft_sql
-
-        sql = generated
-        fired: list[str] = []
-        if self.rule_correction and sql:
-            # Only the string-format rule reads stored values: skip the index without literals.
-            values = self.value_index(db) if re.search(r"['\"]", sql) else None
-            result = apply_rules(sql, db, dialect=dialect, value_index=values)
-            fired = list(result.fired)
-            sql = result.sql
-            stages.append("rules")
-
-        hard: bool | None = None
-        guidelines: list[str] = []
-        corrected_sql = ""
-        if self.prompt_correction and not fired:
-            hard = is_hard_case(sql, dialect)
-            if hard:
-                guidelines = choose_guidelines(question, sql, dialect)
-                corrected_sql, _ = predict_sql(
-                    self.correct,
-                    field="corrected_sql",
-                    sql=sql,
-                    feedback=guideline_feedback(guidelines),
-                    evidence=evidence,
-                    **inputs,
-                )
-                stages.append("correct")
-                if corrected_sql:
-                    sql = corrected_sql
-
-        return dspy.Prediction(
-            sql=sql,
-            draft_sql=draft_sql,
-            generated_sql=generated,
-            raw=raw,
-            strategy=self.strategy,
-            demo_questions=[str(ex.get("question", "")) for ex in found],
-            demo_sql=[str(ex.get("gold_sql", "")) for ex in found],
-            rules_fired=fired,
-            hard_case=hard,
-            guidelines=guidelines,
-            corrected_sql=corrected_sql,
-            stages=stages,
-            num_stages=len(stages),
-            schema=schema,
+        candidates = [generated.sql, draft_sql] if draft_sql else [generated.sql]
+        picked = self.selector(
+            candidates=candidates,
+            db=db,
+            question=question,
+            evidence=evidence,
+            db_schema=inputs["db_schema"],
         )
+        if stage_registry.name_of("selector", self.selector) != "first":
+            stages.append("select")
+
+        fixed = self.corrector(
+            sql=picked.sql,
+            db=db,
+            question=question,
+            evidence=evidence,
+            db_schema=inputs["db_schema"],
+        )
+        stages += _corrector_stages(self.corrector, fixed)
+
+        return stage_registry.result(
+            fixed.sql,
+            stages=stages,
+            candidates=candidates,
+            linked=linked,
+            demos=found,
+            history=fixed.history,
+            draft_sql=draft_sql,
+            generated_sql=picked.sql,
+            raw=generated.raw,
+            strategy=self.strategy,
+            demo_sql=[str(ex.get("gold_sql", "")) for ex in found],
+            rules_fired=list(fixed.get("fired", [])),
+            hard_case=fixed.get("hard_case"),
+            guidelines=list(fixed.get("guidelines", [])),
+            corrected_sql=fixed.get("corrected_sql", ""),
+            schema=inputs["db_schema"],
+        )
+
+
+def _corrector_stages(corrector: dspy.Module, fixed: dspy.Prediction) -> list[str]:
+    """The stage names a corrector ran: its own list (``mage``), else its registry name."""
+    if "stages" in fixed:
+        return list(fixed.stages)
+    name = stage_registry.name_of("corrector", corrector)
+    return [] if name == "none" else [name or "correct"]
 
 
 def _to_pool_dialect(sql: str, dialect: str) -> str:
@@ -487,6 +555,8 @@ __all__ = [
     "GUIDELINES",
     "STRATEGIES",
     "HardnessRetriever",
+    "MageCorrector",
+    "MageDemos",
     "MageSQL",
     "choose_guidelines",
     "guideline_feedback",

@@ -76,6 +76,7 @@ STAGES: dict[str, dict[str, str]] = {
         "none": "sqlweave.programs.correction:NoCorrector",
         "execution": "sqlweave.programs.correction:CorrectionLoop",
         "rules": "sqlweave.programs.correction:RuleCorrector",
+        "mage": "sqlweave.programs.mage:MageCorrector",
     },
 }
 

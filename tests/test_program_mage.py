@@ -7,6 +7,7 @@ import copy
 import importlib.util
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,13 @@ from dspy.utils import DummyLM
 
 from sqlweave import programs
 from sqlweave.data import load_spider
+from sqlweave.db import Database
 from sqlweave.optimizers import ArtifactMeta, load_program, save_program
+from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.mage import (
     DRAFT_STRATEGIES,
     HardnessRetriever,
+    MageCorrector,
     MageSQL,
     choose_guidelines,
     guideline_feedback,
@@ -82,21 +86,21 @@ def test_structure_strategy_drafts_then_generates_with_demos(pool, db) -> None:
     assert "CREATE TABLE" in draft and "singer_in_concert" in draft and QUESTION in draft
     assert "France" not in messages(lm, 0)  # sample values are never shown
     # The few-shot call shows the k retrieved pairs, chosen by the draft's structure (counts).
-    assert len(pred.demo_questions) == 4
+    assert len(pred.demos) == 4
     assert all(sql.lower().startswith("select count(") for sql in pred.demo_sql)
     gen = messages(lm, 1)
-    for question, sql in zip(pred.demo_questions, pred.demo_sql, strict=True):
+    for question, sql in zip(pred.demos, pred.demo_sql, strict=True):
         assert question in gen and sql in gen
     assert len(lm.history[1]["messages"]) == 1 + 2 * 4  # 4 demo pairs, then the question
     # Best demo last, nearest the question.
-    assert pred.demo_questions[0] in json.dumps(lm.history[1]["messages"][-3])
+    assert pred.demos[0] in json.dumps(lm.history[1]["messages"][-3])
 
 
 def test_the_draft_steers_the_demos(pool, db) -> None:
     program = MageSQL(strategy="pqgram", pool=pool)
     counts, _ = run(program, [{"sql": EASY}, {"sql": EASY}], db)
     sets, _ = run(program, [{"sql": HARD}, {"sql": EASY}], db)
-    assert counts.demo_questions != sets.demo_questions
+    assert counts.demos != sets.demos
     assert any(" EXCEPT " in sql.upper() or " INTERSECT " in sql.upper() for sql in sets.demo_sql)
 
 
@@ -106,15 +110,15 @@ def test_question_strategies_skip_the_draft_call(pool, db, strategy: str) -> Non
     pred, lm = run(program, [{"sql": EASY}], db)
     assert len(lm.history) == 1 and pred.draft_sql == ""
     assert pred.stages == ["select_demos", "generate", "rules"]
-    assert len(pred.demo_questions) == 4
-    assert pred.demo_questions[0] in messages(lm, 0)
+    assert len(pred.demos) == 4
+    assert pred.demos[0] in messages(lm, 0)
 
 
 def test_zero_shot_is_one_call_without_demos(pool, db) -> None:
     program = MageSQL(strategy="none", pool=pool)
     pred, lm = run(program, [{"sql": EASY}], db)
     assert len(lm.history) == 1 and len(lm.history[0]["messages"]) == 1
-    assert pred.demo_questions == [] and pred.stages == ["generate", "rules"]
+    assert pred.demos == [] and pred.stages == ["generate", "rules"]
 
 
 def test_hard_case_without_rule_gets_one_guided_correction(pool, db) -> None:
@@ -198,7 +202,7 @@ def test_compiled_and_retrieved_demos_are_combined(pool, db) -> None:
     pred, lm = run(program, [{"sql": EASY}], db)
     text = messages(lm, 0)
     assert "Compiled demo question?" in text
-    assert all(q in text for q in pred.demo_questions) and len(pred.demo_questions) == 2
+    assert all(q in text for q in pred.demos) and len(pred.demos) == 2
     assert len(lm.history[0]["messages"]) == 1 + 2 * 3  # 1 compiled + 2 retrieved demo pairs
     assert len(program.generate.demos) == 1  # retrieved demos are per call only
 
@@ -209,7 +213,7 @@ def test_demo_schema_switch_shows_each_demo_ddl(pool, db) -> None:
     demo, answer = lm.history[0]["messages"][:2]
     assert demo["role"] == "user" and answer["role"] == "assistant"
     assert "CREATE TABLE" in demo["content"] and "singer_in_concert" not in demo["content"]
-    assert pred.demo_questions[0] in demo["content"]
+    assert pred.demos[0] in demo["content"]
 
 
 # --- strategies, caches, guidelines ----------------------------------------------------------------
@@ -237,20 +241,27 @@ def test_draft_strategies_are_exactly_the_sql_structure_ones() -> None:
 def test_caches_are_built_once_and_shared_by_copies(pool, db) -> None:
     program = MageSQL(strategy="jaccard", pool=pool)
     run(program, [{"sql": HARD_RULE}], db)
-    retriever = program.retriever()
-    index = program.value_index(db)
+    retriever = program.demo_source.retriever()
     schema = program.schema_text(db)
     run(program, [{"sql": HARD_RULE}], db)
-    assert program.retriever() is retriever and program.value_index(db) is index
-    assert program.schema_text(db) is schema
+    assert program.demo_source.retriever() is retriever and program.schema_text(db) is schema
     clone = copy.deepcopy(program)
-    assert clone.retriever() is retriever and clone.demo_pool() is program.demo_pool()
+    assert clone.demo_source.retriever() is retriever
+    assert clone.demo_source.pool() is program.demo_source.pool()
+    assert clone.schema_text(db) is schema
     assert clone.generate is not program.generate
+
+
+def test_the_hardness_retriever_is_built_once_per_pool(pool) -> None:
+    program = MageSQL(strategy="hardness", pool=pool)
+    retriever = program.demo_source.retriever()
+    assert isinstance(retriever, HardnessRetriever)
+    assert copy.deepcopy(program).demo_source.retriever() is retriever
 
 
 def test_predictors_are_named_after_the_stages() -> None:
     names = {name for name, _ in MageSQL(strategy="none").named_predictors()}
-    assert names == {"draft", "generate", "correct"}
+    assert names == {"draft", "generate", "corrector.correct"}
 
 
 @pytest.mark.parametrize(
@@ -316,7 +327,7 @@ def test_every_ablation_builds_and_answers(pool, db, config: str) -> None:
     assert len(lm.history) == int(uses_draft) + 1 + int(corrects)
     assert pred.sql == (HARD_FIXED if corrects else HARD)
     assert ("draft" in pred.stages) == uses_draft
-    assert len(pred.demo_questions) == (0 if strategy == "none" else program.num_demos)
+    assert len(pred.demos) == (0 if strategy == "none" else program.num_demos)
 
 
 def test_graph_without_a_draft_answers_zero_shot(pool, db) -> None:
@@ -324,7 +335,7 @@ def test_graph_without_a_draft_answers_zero_shot(pool, db) -> None:
         pytest.skip("sqlweave.gnn.retriever is not importable yet")
     program = MageSQL(pool=pool, retriever=_graph_retriever(pool), prompt_correction=False)
     pred, lm = run(program, [{"sql": "no idea"}, {"sql": EASY}], db)
-    assert len(lm.history) == 2 and pred.demo_questions == [] and pred.sql == EASY
+    assert len(lm.history) == 2 and pred.demos == [] and pred.sql == EASY
 
 
 def test_artifact_rebuilds_with_its_switches(tmp_path: Path) -> None:
@@ -356,3 +367,120 @@ def test_runs_on_postgres(pool, spider_root: Path) -> None:
     pred, lm = run(MageSQL(strategy="pqgram", pool=pool), [{"sql": sql}, {"sql": sql}], db)
     assert len(lm.history) == 2 and "postgres" in messages(lm, 0).lower()
     assert db.execute(pred.sql).rows[0][0] == 6
+
+
+# --- stages: every linker, selector and corrector on the bundled database ---------------------------
+
+LINKED = {"columns": '["singer.Name"]'}
+FIXED = {"corrected_sql": HARD_FIXED}
+BUNDLED_QUESTION = "How many singers do we have?"
+
+
+@pytest.fixture(scope="module")
+def bundled_pool(demo_concert_db: Path) -> list[dspy.Example]:
+    """The train split of the demo bundle shipped in the package (no benchmark data needed)."""
+    return load_spider("train", root=demo_concert_db.parents[3])
+
+
+@pytest.fixture()
+def concert(tmp_path: Path, demo_concert_db: Path) -> Database:
+    copied = tmp_path / "concert_singer.sqlite"
+    shutil.copy(demo_concert_db, copied)
+    return Database.open(copied)
+
+
+def run_stage(
+    bundled_pool: list[dspy.Example], db: Database, answers: list[dict[str, str]], **stage: Any
+):
+    """The draft-reading configuration (pqgram) with one stage replaced, on the bundled question."""
+    program = programs.get("mage", strategy="pqgram", pool=bundled_pool, **stage)
+    pred, lm = run(program, answers, db, question=BUNDLED_QUESTION)
+    assert set(stage_registry.CONTRACT) <= set(pred.keys())
+    assert len(pred.demos) == 4 and all(isinstance(q, str) for q in pred.demos)
+    assert pred.draft_sql == HARD and pred.candidates[-1] == HARD  # the draft is a candidate
+    for role, name in stage.items():
+        assert program.switches[role] == name
+    return pred, lm
+
+
+@pytest.mark.parametrize("linker", stage_registry.available("linker"))
+def test_every_linker(bundled_pool, concert: Database, linker: str) -> None:
+    asks = linker in ("forward", "bidirectional")
+    answers = [{"sql": HARD}, *([LINKED] if asks else []), {"sql": HARD}, FIXED]
+    pred, lm = run_stage(bundled_pool, concert, answers, linker=linker)
+    linking = ["linking"] if linker != "none" else []
+    assert pred.stages == ["draft", "select_demos", *linking, "generate", "rules", "correct"]
+    assert len(lm.history) == len(answers)
+    full = MageSQL(strategy="none").schema_text(concert)
+    if linker == "none":
+        assert pred.linked == [] and pred.schema == full
+    else:
+        # Every linker finds singer (the draft reads it; the LM names singer.Name): the
+        # generation sees a pruned schema, and the draft, made before linking, the whole one.
+        assert any(name.startswith("singer.") for name in pred.linked)
+        assert 'CREATE TABLE "singer"' in pred.schema and len(pred.schema) < len(full)
+        assert 'CREATE TABLE "stadium"' in user_turn(lm, 0)
+    generation = 2 if asks else 1
+    assert len(lm.history[generation]["messages"]) == 1 + 2 * 4  # the few-shot call
+    assert pred.schema in user_turn(lm, generation)
+    assert pred.sql == HARD_FIXED  # the mage corrector fixed the hard generation
+
+
+@pytest.mark.parametrize("selector", stage_registry.available("selector"))
+def test_every_selector(bundled_pool, concert: Database, selector: str) -> None:
+    # The draft is HARD, the generation EASY: two candidates with different answers.
+    answers = [{"sql": HARD}, {"sql": EASY}, *([{"choice": "1"}] if selector == "lm" else [])]
+    pred, lm = run_stage(bundled_pool, concert, answers, selector=selector)
+    assert pred.candidates == [EASY, HARD]
+    assert pred.generated_sql in pred.candidates
+    assert ("select" in pred.stages) == (selector != "first")
+    # "first" takes the generation, "vote" the earliest of a tie, "lm" the choice 1; all EASY,
+    # which needs no correction call.
+    assert pred.generated_sql == EASY and pred.sql == EASY
+    assert len(lm.history) == len(answers)
+
+
+@pytest.mark.parametrize("corrector", stage_registry.available("corrector"))
+def test_every_corrector(bundled_pool, concert: Database, corrector: str) -> None:
+    pred, lm = run_stage(
+        bundled_pool, concert, [{"sql": HARD}, {"sql": HARD}, FIXED], corrector=corrector
+    )
+    assert pred.generated_sql == HARD and pred.stages[:3] == ["draft", "select_demos", "generate"]
+    expected = {
+        "none": (HARD, [], 2),
+        "execution": (HARD, ["execution"], 2),  # HARD runs: nothing to fix
+        "rules": (HARD, ["rules"], 2),  # no rule fires on HARD
+        "mage": (HARD_FIXED, ["rules", "correct"], 3),  # hard, no rule fired: one guided call
+    }[corrector]
+    assert (pred.sql, pred.stages[3:], len(lm.history)) == expected
+    assert (pred.history != []) == (corrector == "mage" or corrector == "execution")
+    assert concert.execute(pred.sql).rows
+
+
+def test_the_mage_corrector_alone_follows_the_protocol(concert: Database) -> None:
+    question = "Names of singers older than 40 but not older than 50?"
+    lm = DummyLM([{"corrected_sql": HARD_FIXED}])
+    with dspy.context(lm=lm):
+        out = stage_registry.build("corrector", "mage")(sql=HARD, db=concert, question=question)
+    assert (out.sql, out.rounds, out.stages) == (HARD_FIXED, 1, ["rules", "correct"])
+    assert out.hard_case is True and "set_operator" in out.guidelines
+    assert out.history == [{"sql": HARD, "feedback": guideline_feedback(out.guidelines)}]
+    assert "CREATE TABLE" in user_turn(lm, 0)  # the full DDL without a db_schema
+    fired = MageCorrector(prompt_correction=False)(sql=HARD_RULE, db=concert)
+    assert fired.fired == ["fix_string_format"] and fired.hard_case is None and not lm.history[1:]
+
+
+def test_stage_instances_are_used_as_given(pool, db) -> None:
+    from sqlweave.programs.correction import RuleCorrector
+
+    mine = RuleCorrector()
+    program = MageSQL(strategy="jaccard", pool=pool, corrector=mine)
+    assert program.corrector is mine and program.switches["corrector"] == "rules"
+    switches = MageSQL().switches
+    assert (switches["linker"], switches["selector"], switches["corrector"]) == (
+        "none",
+        "first",
+        "mage",
+    )
+    with pytest.raises(ValueError, match="unknown linker"):
+        MageSQL(linker="magic")
