@@ -2,7 +2,7 @@
 
 Optimizers are DSPy teleprompters (:class:`SQLTeleprompter`) registered by name
 (:mod:`sqlweave.optimizers.registry`: ``labeled``, ``bootstrap``, ``random_search``, ``knn``,
-``mipro``, ``gepa``; ``a+b`` runs them in sequence). The LM-call budget
+``mipro``, ``gepa`` and the switch ``search``; ``a+b`` runs them in sequence). The LM-call budget
 (:class:`Budgeted`) and resuming (:class:`Checkpointed`) are wrappers around any of them;
 :func:`run_optimizer` puts the three together and reports the cost.
 """
@@ -32,8 +32,10 @@ from sqlweave.optimizers.compile import (
 )
 from sqlweave.optimizers.registry import Sequential, UnknownOptimizerError, available, register
 from sqlweave.optimizers.registry import get as get_optimizer
+from sqlweave.optimizers.search import DEFAULT_SPACES, SwitchSearch
 
 __all__ = [
+    "DEFAULT_SPACES",
     "OPTIMIZERS",
     "ArtifactError",
     "ArtifactMeta",
@@ -46,6 +48,7 @@ __all__ = [
     "CompileReport",
     "SQLTeleprompter",
     "Sequential",
+    "SwitchSearch",
     "UnknownOptimizerError",
     "attach_knn",
     "available",

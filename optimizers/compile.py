@@ -2,27 +2,33 @@
 budget and a checkpoint, with a report of what it cost.
 
 :func:`run_optimizer` looks the optimizer up by name in :mod:`sqlweave.optimizers.registry`
-(``bootstrap``; ``labeled+mipro`` for a sequence), wraps it in
+(``bootstrap``; ``search+bootstrap`` for a sequence), wraps it in
 :class:`~sqlweave.optimizers.budget.Budgeted` (the LM-call cap) and, with ``checkpoint=PATH``,
 in :class:`~sqlweave.optimizers.checkpoint.Checkpointed` (resume), compiles a copy of the program
 and returns it with a :class:`CompileReport`. The optimizers, by name:
 
 - ``labeled``, ``bootstrap``, ``random_search``, ``knn``, ``mipro``, ``gepa``: demos and
-  instructions through DSPy's optimizers (:mod:`sqlweave.optimizers.teleprompters`).
+  instructions through DSPy's optimizers (:mod:`sqlweave.optimizers.teleprompters`);
+- ``search``: the program's own switches and stage choices, searched with Optuna against the
+  metric on the validation set (:mod:`sqlweave.optimizers.search`).
 
 **Budget.** ``budget`` caps the LM calls of the optimization (the validation run afterwards is
 reported separately): a :class:`~sqlweave.optimizers.budget.CallBudget` callback refuses the call
 that would exceed it, and the optimizer keeps its best result so far (see each optimizer).
 
 **Resume.** With ``checkpoint=PATH`` every finished unit of work is written there at once (a
-bootstrapped train example, a scored random-search candidate). A rerun with the same file,
-program, data and settings skips them without an LM call; the unit in flight when the run died is
-redone, and DSPy's on-disk response cache (``~/.dspy_cache``, keyed by a sha256 of the full
-request; on in :func:`sqlweave.lm.build_lm`) replays its finished calls for deterministic LMs. The
-checkpoint also keeps the running total of LM calls, saved before each call is sent, so ``budget``
-caps the whole compile however often it is killed and resumed (a rerun of a compile that spent its
-budget makes no call and rebuilds the same program from its finished units), and ``lm_calls`` in
-the report and the artefact is that total.
+bootstrapped train example, a scored random-search candidate, a scored validation question of a
+search trial). A rerun with the same file, program, data and settings skips them without an LM
+call; the unit in flight when the run died is redone, and DSPy's on-disk response cache
+(``~/.dspy_cache``, keyed by a sha256 of the full request; on in :func:`sqlweave.lm.build_lm`)
+replays its finished calls for deterministic LMs. The checkpoint also keeps the running total of
+LM calls, saved before each call is sent, so ``budget`` caps the whole compile however often it
+is killed and resumed (a rerun of a compile that spent its budget makes no call and rebuilds the
+same program from its finished units), and ``lm_calls`` in the report and the artefact is that
+total.
+
+**Sequences.** ``optimizer="search+bootstrap"`` runs the switch search, then bootstraps demos for
+the program it chose, in one compile under one budget and one checkpoint.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from sqlweave.programs import SQLProgram
 
 logger = logging.getLogger(__name__)
 
-OPTIMIZERS = ("labeled", "bootstrap", "random_search", "knn", "mipro", "gepa")
+OPTIMIZERS = ("labeled", "bootstrap", "random_search", "knn", "mipro", "gepa", "search")
 """The built-in optimizer names (:func:`sqlweave.optimizers.registry.available` lists every
 registered one); any two or more joined by ``+`` run in sequence."""
 
@@ -114,7 +120,7 @@ def run_optimizer(
     """Compile a copy of ``program`` (the student is never modified) and report the cost.
 
     ``optimizer`` is a registry name or a ``+`` sequence of them; ``options`` go to the
-    optimizers that take them.
+    optimizers that take them (search: ``space``, ``n_trials``, ``val_size``, ``sampler``).
     ``valset=None`` splits ``trainset`` with :func:`split_train_val` (fixed, seeded). See the
     module docstring for the budget and resuming.
     """

@@ -8,14 +8,14 @@ from sqlweave.optimizers import registry
 
 registry.available()                      # ['bootstrap', 'gepa', 'knn', 'labeled', ...]
 tp = registry.get("bootstrap", max_demos=2)
-tp = registry.get("labeled+mipro", max_demos=2)   # a Sequential
+tp = registry.get("search+bootstrap", n_trials=8, max_demos=2)   # a Sequential
 compiled = tp.compile(program, trainset=train, valset=val)
 registry.register("mine", MyTeleprompter)  # any SQLTeleprompter subclass
 ```
 
 ``a+b`` names a :class:`Sequential`: ``a`` compiles the student, ``b`` compiles what ``a``
 returned. Options go to each optimizer whose constructor takes them (``max_demos`` to bootstrap,
-``candidates`` to random_search); an option no optimizer in the sequence takes is an error, so a typo
+``n_trials`` to search); an option no optimizer in the sequence takes is an error, so a typo
 does not silently do nothing. Budget and checkpoint are not options but wrappers
 (:class:`~sqlweave.optimizers.budget.Budgeted`,
 :class:`~sqlweave.optimizers.checkpoint.Checkpointed`) around whatever this returns.
@@ -46,6 +46,7 @@ _REGISTRY: dict[str, str | type[SQLTeleprompter]] = {
     "knn": "sqlweave.optimizers.teleprompters:KNNDemos",
     "mipro": "sqlweave.optimizers.teleprompters:MIPRO",
     "gepa": "sqlweave.optimizers.teleprompters:GEPA",
+    "search": "sqlweave.optimizers.search:SwitchSearch",
 }
 
 #: Options that every compile passes along (:func:`sqlweave.optimizers.compile.run_optimizer`);
@@ -59,7 +60,7 @@ class UnknownOptimizerError(SqlweaveError, ValueError):
     def __init__(self, name: str) -> None:
         super().__init__(
             f"unknown optimizer {name!r}; choose one of {', '.join(available())} "
-            "or a sequence such as labeled+mipro"
+            "or a sequence such as search+bootstrap"
         )
         self.name = name
 

@@ -540,7 +540,11 @@ def compile_cmd(
         "compiled.json"
     ),
     optimizer: Annotated[
-        str, typer.Option(help="labeled | bootstrap | random_search | knn | mipro | gepa")
+        str,
+        typer.Option(
+            help="labeled | bootstrap | random_search | knn | mipro | gepa | search, "
+            "or a sequence: search+bootstrap"
+        ),
     ] = "bootstrap",
     budget: Annotated[
         int | None, typer.Option(help="most LM calls the optimizer may make (default: no cap)")
@@ -560,6 +564,20 @@ def compile_cmd(
     n_val: Annotated[int, typer.Option(help="validation examples with --val; 0 = all")] = 0,
     max_demos: Annotated[int, typer.Option(help="demonstrations per predictor")] = 2,
     candidates: Annotated[int, typer.Option(help="random_search: shuffled candidates")] = 2,
+    trials: Annotated[
+        int, typer.Option(help="search: switch configurations to try (the program's own first)")
+    ] = 8,
+    search_val: Annotated[
+        int, typer.Option(help="search: validation examples each trial is scored on; 0 = all")
+    ] = 0,
+    space: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--space",
+            help="search: switch=a,b,c (repeatable); default: the program's own search space",
+        ),
+    ] = None,
+    sampler: Annotated[str, typer.Option(help="search: auto | grid | tpe | random")] = "auto",
     seed: Annotated[int, typer.Option(help="seed of the data slices and the optimizer")] = 0,
     checkpoint: Annotated[
         Path | None,
@@ -596,7 +614,26 @@ def compile_cmd(
         checkpoint=checkpoint,
         candidates=candidates,
         progress=progress,
+        trials=trials,
+        search_val=search_val,
+        space=space or [],
+        sampler=sampler,
     )
+
+
+def _search_space(program: str, items: list[str]) -> dict[str, list[Any]]:
+    """``--space switch=a,b,c`` items as switch -> typed choices (checked like ``--set``)."""
+    space: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        key = key.strip()
+        choices = [v for v in values.split(",") if v.strip()]
+        if not sep or not key or not choices:
+            _fail(f"--space needs switch=a,b,c, got {item!r}")
+        if key in space:
+            _fail(f"--space gives {key} twice; list every choice in one switch=a,b,c")
+        space[key] = [typed_switches(program, [f"{key}={v}"])[key] for v in choices]
+    return space
 
 
 def _compile(
@@ -619,13 +656,21 @@ def _compile(
     checkpoint: Path | None = None,
     candidates: int = 2,
     progress: bool = True,
+    trials: int = 8,
+    search_val: int = 0,
+    space: list[str] | None = None,
+    sampler: str = "auto",
 ) -> Any:
     from sqlweave.api import compile as run_compile
     from sqlweave.data import DataError, assert_disjoint, eval_slice
-    from sqlweave.optimizers import OPTIMIZERS, ArtifactError
+    from sqlweave.optimizers import ArtifactError
+    from sqlweave.optimizers.registry import stage_names
+    from sqlweave.optimizers.search import SAMPLERS
 
-    if optimizer not in OPTIMIZERS:
-        _fail(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    try:
+        stages = stage_names(optimizer)
+    except ValueError as err:
+        _fail(str(err))
     if Path(program).suffix == ".json":
         _fail("compile starts from a registry program name, not a compiled .json")
     for option, value in (
@@ -634,9 +679,21 @@ def _compile(
         ("--n-val", n_val),
         ("--candidates", candidates),
         ("--budget", budget),
+        ("--search-val", search_val),
     ):
         if value is not None and value < 0:
             _fail(f"{option} must be 0 or more, not {value}")
+    options: dict[str, Any] = {}
+    if "search" in stages:
+        if trials < 1:
+            _fail(f"--trials must be 1 or more, not {trials}")
+        if sampler not in SAMPLERS:
+            _fail(f"--sampler must be one of {', '.join(SAMPLERS)}, not {sampler!r}")
+        options = {"n_trials": trials, "val_size": search_val or None, "sampler": sampler}
+        if space:
+            options["space"] = _search_space(program, space)
+    elif space:
+        _fail("--space applies to the search optimizer (--optimizer search or search+...)")
     _check_writable(out, "--out", touch=False)
     checkpoint = checkpoint or out.with_suffix(".ckpt.json")
     if checkpoint.is_dir():
@@ -674,6 +731,7 @@ def _compile(
             checkpoint=checkpoint,
             progress=progress,
             candidates=candidates,
+            options=options,
             **prog.meta.switches,
         )
     except (ValueError, ArtifactError) as err:
@@ -698,9 +756,51 @@ def _compile(
         + (f", {earlier} of them by earlier runs" if earlier else "")
         + (f", {resumed} finished units resumed" if resumed else "")
     )
+    search = (meta.extra.get("details") or {}).get("search")
+    if search:
+        best = search.get("best_score")
+        best_text = "n/a" if best is None else f"{best * 100:.1f}"
+        typer.echo(
+            f"search: {sum(t['status'] == 'done' for t in search['trials'])} configurations "
+            f"on {search['n_val']} validation examples; chose {_switch_text(search['chosen'])} "
+            f"(score {best_text})"
+        )
     val_text = "n/a" if meta.val_ex is None else f"{meta.val_ex * 100:.1f}"
     typer.echo(f"validation EX {val_text} (n={meta.n_val}); saved {out}")
     return compiled
+
+
+def _switch_text(switches: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in switches.items()) or "(no switch)"
+
+
+def _search_lines(search: dict[str, Any]) -> list[str]:
+    """The switch search of an artefact: its space, choice and one line per trial."""
+
+    def pct(value: Any) -> str:
+        return "   n/a" if value is None else f"{value * 100:6.1f}"
+
+    lines = [
+        f"space: {_switch_text({k: ','.join(map(str, v)) for k, v in search['space'].items()})}",
+        f"sampler {search.get('sampler')}, {search.get('n_trials')} trials asked, "
+        f"{search.get('n_val')} validation examples per trial",
+        f"chosen: {_switch_text(search.get('chosen') or {})} (score {pct(search.get('best_score')).strip()}"
+        + (
+            f", the program's own switches {pct(search['baseline_score']).strip()})"
+            if search.get("baseline_score") is not None
+            else ")"
+        ),
+        "   #  score  calls  seconds  status  switches",
+    ]
+    for trial in search.get("trials", []):
+        status = trial.get("status", "")
+        if status == "repeat":
+            status = f"= #{trial.get('repeat_of')}"
+        lines.append(
+            f"{trial.get('number', 0):4d} {pct(trial.get('score'))} {trial.get('calls', 0):6d} "
+            f"{trial.get('seconds', 0.0):8.1f}  {status:<7} {_switch_text(trial.get('switches', {}))}"
+        )
+    return lines
 
 
 def _diff_lines(program: Any, meta: Any) -> list[str]:
@@ -749,6 +849,11 @@ def inspect(
         typer.echo(
             f"knn: {payload['knn']['k']} nearest of {len(payload['knn']['pool'])} train demos per call"
         )
+    search = (meta.extra.get("details") or {}).get("search")
+    if isinstance(search, dict) and isinstance(search.get("space"), dict):
+        typer.secho("\nswitch search", bold=True)
+        for line in _search_lines(search):
+            typer.echo(line)
     for pname, predictor in program.named_predictors():
         typer.secho(f"\n[{pname}]", bold=True)
         typer.echo(f"instructions: {predictor.signature.instructions}")
