@@ -322,3 +322,35 @@ def test_killed_compile_keeps_its_budget(
     assert made <= meta["lm_calls"] <= budget
     assert meta["extra"]["resumed_calls"] >= kills[-1]
     assert f"{budget} of {budget} LM calls (budget reached" in done.stdout
+
+
+@pytest.mark.timeout(600)
+def test_killed_switch_search_loses_at_most_one_trial(tmp_path: Path) -> None:
+    """`compile --optimizer search` killed with SIGKILL twice, then run to the end: the trials
+    of an uninterrupted search, and per kill at most one trial's calls made again (the
+    checkpoint keeps every scored question, so in fact one question's)."""
+    pytest.importorskip("optuna")
+    demo = Path(__file__).resolve().parents[1] / "sqlweave" / "demo"
+    log = tmp_path / "calls.log"
+    out = tmp_path / "searched.json"
+    env = {**os.environ, "CALL_LOG": str(log)}
+    cmd = [sys.executable, "-c", KILLABLE_COMPILE, "compile", "--optimizer", "search"]
+    cmd += ["--data-root", str(demo), "--n-train", "10", "--trials", "6", "--no-progress"]
+    cmd += ["--space", "schema_layout=native,compact,pretty", "--space", "corrector=none,execution"]
+    cmd += ["--out", str(out)]
+    kills = (3, 7)
+    for at in kills:
+        _kill_at(cmd, env, log, at)
+        assert json.loads(out.with_suffix(".ckpt.json").read_text())["lm_calls"] >= at
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    meta = read_artifact(out)["meta"]
+    search = meta["extra"]["details"]["search"]
+    trials = search["trials"]
+    assert [t["status"] for t in trials] == ["done"] * 6 and search["n_val"] == 2
+    assert trials[0]["switches"] == {"schema_layout": "native", "corrector": "none"}
+    uninterrupted = sum(t["calls"] for t in trials)
+    made = _calls(log) - meta["extra"]["val_lm_calls"]
+    assert uninterrupted <= made <= uninterrupted + len(kills) * max(t["calls"] for t in trials)
+    assert meta["extra"]["resumed_units"] >= 1  # finished trials replayed, not rerun
+    assert "search: 6 configurations on 2 validation examples" in done.stdout
