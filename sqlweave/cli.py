@@ -556,8 +556,9 @@ def compile_cmd(
         str | None,
         typer.Option(
             "--val",
-            help="validation data (spider/bird: their dev split, or a file); "
-            "default: a seeded 20 percent of --train",
+            help="validation data: spider/bird (their dev split), a named slice such as "
+            "spider-train-val (its first --n-val questions; train drops its databases), or a "
+            "file; default: a seeded 20 percent of --train",
         ),
     ] = None,
     n_train: Annotated[int, typer.Option(help="train examples to use; 0 = all")] = 24,
@@ -662,7 +663,7 @@ def _compile(
     sampler: str = "auto",
 ) -> Any:
     from sqlweave.api import compile as run_compile
-    from sqlweave.data import DataError, assert_disjoint, eval_slice
+    from sqlweave.data import SLICES, DataError, assert_disjoint, eval_slice, load_slice
     from sqlweave.optimizers import ArtifactError
     from sqlweave.optimizers.registry import stage_names
     from sqlweave.optimizers.search import SAMPLERS
@@ -698,12 +699,22 @@ def _compile(
     checkpoint = checkpoint or out.with_suffix(".ckpt.json")
     if checkpoint.is_dir():
         _fail(f"--checkpoint {checkpoint} is a directory; give a file path")
-    trainset = eval_slice(
-        _load_examples(train, "train", data_root), n=n_train or None, seed=seed, stratify=None
-    )
+    train_pool = _load_examples(train, "train", data_root)
     valset = None
-    if val is not None:
+    if val is not None and val in SLICES:
+        # A named slice: its first n_val questions, in the committed order; train keeps none of
+        # its databases, so the choice made on it is one that carries over to unseen databases.
+        try:
+            whole = load_slice(val, root=data_root)
+        except DataError as err:
+            _fail(str(err))
+        held = {ex.db_id for ex in whole}
+        train_pool = [ex for ex in train_pool if ex.db_id not in held]
+        valset = whole[: n_val or None]
+    elif val is not None:
         valset = eval_slice(_load_examples(val, "dev", data_root), n=n_val or None, seed=seed)
+    trainset = eval_slice(train_pool, n=n_train or None, seed=seed, stratify=None)
+    if valset is not None:
         try:
             assert_disjoint(trainset, valset)
         except DataError as err:

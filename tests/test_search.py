@@ -26,8 +26,14 @@ from typer.testing import CliRunner
 import sqlweave
 from sqlweave import programs
 from sqlweave.cli import app
-from sqlweave.data import load_spider
-from sqlweave.optimizers import DEFAULT_SPACES, SwitchSearch, read_artifact, run_optimizer
+from sqlweave.data import demo_pool_exclusions, eval_slice, load_slice, load_spider
+from sqlweave.optimizers import (
+    DEFAULT_SPACES,
+    SwitchSearch,
+    read_artifact,
+    run_optimizer,
+    trainset_hash,
+)
 from sqlweave.optimizers.search import check_space, default_space
 
 pytest.importorskip("optuna")
@@ -392,3 +398,26 @@ def test_cli_bad_search_options_are_one_line_errors(
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and message in result.output, result.output
     assert not switch_model.history
+
+
+def test_cli_validates_on_a_named_slice_of_unseen_databases(
+    switch_model: SwitchLM, spider_root: Path, tmp_path: Path
+) -> None:
+    """--val spider-train-val: its first --n-val questions, and no train question on its
+    databases (a choice made on it is one that carries over to databases never seen)."""
+    out = tmp_path / "searched.json"
+    args = ["compile", "--optimizer", "search", "--no-progress", "--out", str(out)]
+    args += ["--data-root", str(spider_root), "--n-train", "40"]
+    args += ["--val", "spider-train-val", "--n-val", "3", "--space", "schema_layout=native,compact"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    meta = read_artifact(out)["meta"]
+    assert meta["n_val"] == 3 and meta["n_train"] == 40
+    val = load_slice("spider-train-val", root=spider_root)[:3]
+    assert meta["extra"]["details"]["search"]["n_val"] == 3
+    # The train slice the compile used, rebuilt the way the CLI builds it: none on held databases.
+    held = demo_pool_exclusions()
+    pool = [ex for ex in load_spider("train", root=spider_root) if ex.db_id not in held]
+    trainset = eval_slice(pool, n=40, seed=0, stratify=None)
+    assert meta["trainset_hash"] == trainset_hash(trainset)
+    assert not {ex.db_id for ex in trainset} & {ex.db_id for ex in val}
