@@ -3,8 +3,10 @@
 An artefact holds the DSPy state (instructions and demos per predictor) together with everything
 needed to rebuild and audit it: the program's registry name and switches, the LM spec it was
 compiled with, sqlweave and dspy versions, a hash of the train set, the validation EX, and the
-optimizer with its budget, LM calls and wall time. A KNN-compiled program also stores its demo
-pool. Loading checks every part and names the file and the problem when something is off: a
+optimizer with its budget, LM calls and wall time, and the optimizer's details
+(``meta.extra["details"]``: random-search scores, the switch search's space, choice and trials).
+A KNN-compiled program also stores its demo pool. A program chosen by the switch search is
+rebuilt from its saved switches, so loading needs no training data. Loading checks every part and names the file and the problem when something is off: a
 missing file, bad or truncated JSON, a wrong layout, an unknown program, a newer format, or
 predictor names that do not match the program this sqlweave builds under that name.
 """
