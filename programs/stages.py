@@ -28,7 +28,8 @@ linker        ``none``; ``tables`` (PET-SQL: tables a draft reads); ``columns`` 
 selector      ``first``; ``vote`` (PET-SQL's execution-majority vote); ``lm`` (RSL-SQL's
               selection, the LM chooses between executed candidates)
 corrector     ``none``; ``execution`` (Dubo-SQL / RSL-SQL: fix while the SQL fails or returns
-              nothing); ``rules`` (MageSQL's rule-based correction, no LM call)
+              nothing); ``rules`` (MageSQL's rule-based correction, no LM call); ``mage``
+              (MageSQL's rules, then its guideline prompt on predicted-hard cases)
 ============  ===============================================================================
 
 The other stages are shared classes rather than roles with alternatives: schema context
@@ -113,10 +114,20 @@ def stage_class(role: str, name: str) -> type:
     return getattr(importlib.import_module(module_name), cls_name)
 
 
-def build(role: str, spec: str | dspy.Module, **options: Any) -> dspy.Module:
-    """The stage for ``spec``: a registry name built with ``options``, or a module used as is."""
+def build(role: str, spec: str | dspy.Module | None, **options: Any) -> dspy.Module:
+    """The stage for ``spec``: a registry name built with ``options``, or a module used as is.
+
+    ``None`` is what a program's saved switches hold for a stage that was passed as an instance
+    of an unregistered class: it cannot be rebuilt from a file, so the error says to pass it again.
+    """
     if isinstance(spec, dspy.Module):
         return spec
+    if spec is None:
+        raise ValueError(
+            f"this program was built with its own {role} (an instance, which artefacts cannot "
+            f"save): pass it again, e.g. {role}=MyStage(), or register its class in "
+            "sqlweave.programs.stages.STAGES"
+        )
     if not isinstance(spec, str):
         raise TypeError(f"{role} must be a registry name or a dspy.Module, got {spec!r}")
     return stage_class(role, spec)(**options)

@@ -41,7 +41,7 @@ DRAFT = (
 
 def test_every_registered_stage_builds() -> None:
     names = stages.available()
-    assert set(names) == {"linker", "selector", "corrector"}
+    assert set(names) == {"linker", "selector", "corrector"} and "mage" in names["corrector"]
     for role, impls in names.items():
         for name in impls:
             module = stages.build(role, name)
@@ -54,6 +54,8 @@ def test_unknown_names_are_clear_errors() -> None:
         stages.build("linker", "magic")
     with pytest.raises(ValueError, match="unknown stage role 'ranker'"):
         stages.available("ranker")
+    with pytest.raises(ValueError, match="pass it again"):
+        stages.build("linker", None)  # a saved switch of an unregistered instance
     with pytest.raises(TypeError, match="registry name or a dspy.Module"):
         stages.build("selector", 3)  # type: ignore[arg-type]
 
