@@ -54,11 +54,9 @@ class DirectSQL(SQLProgram):
             raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
         super().__init__(
             schema_layout=schema_layout,
-            linker=stage_registry.name_of("linker", linker),
             samples=samples,
             temperature=temperature,
-            selector=stage_registry.name_of("selector", selector),
-            corrector=stage_registry.name_of("corrector", corrector),
+            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
         )
         self.schema_layout = schema_layout
         self.samples = samples
@@ -85,17 +83,10 @@ class DirectSQL(SQLProgram):
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         stages: list[str] = []
         schema_text = self.schema_text(db)
-        linked = None
-        if stage_registry.name_of("linker", self.linker) != "none":
-            linked = self.linker(
-                question=question,
-                schema=introspect(db),
-                sql="",
-                db_schema=schema_text,
-                evidence=evidence,
-                dialect=db.dialect,
-                db=db,
-            ).linked
+        linked = stage_registry.link(
+            self.linker, question=question, db=db, db_schema=schema_text, evidence=evidence
+        )
+        if linked is not None:
             stages.append("linking")
             if linked:
                 schema_text = self.schema_text(db, linked.all_tables)

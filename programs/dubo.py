@@ -85,17 +85,12 @@ class _Dubo(SQLProgram):
             )
         self.selector = stage_registry.build("selector", selector)
 
-    def _link(
-        self, schema: Schema, schema_text: str, stages: list[str], **ask: Any
-    ) -> LinkedSchema | None:
+    def _link(self, schema_text: str, stages: list[str], **ask: Any) -> LinkedSchema | None:
         """The linker's link before generation (no draft yet: ``sql=""``); None for ``none``."""
-        if stage_registry.name_of("linker", self.linker) == "none":
-            return None
-        db = ask["db"]
-        stages.append("linking")
-        return self.linker(
-            **ask, schema=schema, sql="", db_schema=schema_text, dialect=db.dialect
-        ).linked
+        linked = stage_registry.link(self.linker, **ask, db_schema=schema_text)
+        if linked is not None:
+            stages.append("linking")
+        return linked
 
     def _correct(
         self, draft: str, schema_text: str, stages: list[str], **ask: Any
@@ -173,9 +168,7 @@ class DuboV1(_Dubo):
             retry_on_error=retry_on_error,
             max_schema_tokens=max_schema_tokens,
             descriptions=descriptions,
-            linker=stage_registry.name_of("linker", linker),
-            selector=stage_registry.name_of("selector", selector),
-            corrector=stage_registry.name_of("corrector", corrector),
+            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
         )
         self.sample_rows = sample_rows
         self.retry_on_error = retry_on_error
@@ -233,7 +226,7 @@ class DuboV1(_Dubo):
         ask = {"db": db, "question": question, "evidence": evidence}
         stages: list[str] = []
         schema_text, rows = self.schema_text(db)
-        linked = self._link(self._schema(db), schema_text, stages, **ask)
+        linked = self._link(schema_text, stages, **ask)
         if linked:
             schema_text, rows = self.schema_text(db, linked)
 
@@ -342,9 +335,7 @@ class DuboV2(_Dubo):
             example_values=example_values,
             demo_schema=demo_schema,
             pool_source=pool_source,
-            linker=stage_registry.name_of("linker", linker),
-            selector=stage_registry.name_of("selector", selector),
-            corrector=stage_registry.name_of("corrector", corrector),
+            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
         )
         self.num_demos = num_demos
         self.diverse = diverse
@@ -440,7 +431,7 @@ class DuboV2(_Dubo):
         found, demos = self.retrieve_demos(question, db, evidence)
         if self.demo_source.active:
             stages.append("demos")
-        linked = self._link(self._schema(db), schema_text, stages, **ask)
+        linked = self._link(schema_text, stages, **ask)
         if linked:
             schema_text = self.schema_text(db, linked=linked)
 

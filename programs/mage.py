@@ -402,9 +402,7 @@ class MageSQL(SQLProgram):
             column_descriptions=column_descriptions,
             pool_source=pool_source,
             retriever_options=dict(retriever_options or {}),
-            linker=stage_registry.name_of("linker", linker),
-            selector=stage_registry.name_of("selector", selector),
-            corrector=stage_registry.name_of("corrector", corrector),
+            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
         )
         self.strategy = strategy
         self.num_demos = num_demos
@@ -447,18 +445,6 @@ class MageSQL(SQLProgram):
     def _demo_schema(self, example: Any) -> str:
         return self.schema_text(resolve_database(db_path=example.get("db_path")))
 
-    def link(self, question: str, db: Database, evidence: str, draft_sql: str) -> LinkedSchema:
-        """The linker's choice of schema for the generation (empty: keep it whole)."""
-        return self.linker(
-            question=question,
-            schema=introspect(db),
-            sql=draft_sql,
-            db_schema=self.schema_text(db),
-            evidence=evidence,
-            dialect=db.dialect,
-            db=db,
-        ).linked
-
     # --- the pipeline -----------------------------------------------------------------------------
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
@@ -484,9 +470,15 @@ class MageSQL(SQLProgram):
             schema_text=self._demo_schema if self.demo_schema else None,
         )
 
-        linked = None
-        if stage_registry.name_of("linker", self.linker) != "none":
-            linked = self.link(question, db, evidence, draft_sql)
+        linked = stage_registry.link(
+            self.linker,
+            question=question,
+            db=db,
+            db_schema=inputs["db_schema"],
+            evidence=evidence,
+            sql=draft_sql,
+        )
+        if linked is not None:
             inputs["db_schema"] = self.schema_text(db, linked)
             stages.append("linking")
 

@@ -223,9 +223,7 @@ class PETSQL(SQLProgram):
             finsql_models=[value for kind, value in refs if kind == "spec"],
             hardness_weighting=hardness_weighting,
             hardness_voters=None if hardness_voters is None else voters,
-            linker=stage_registry.name_of("linker", linker),
-            selector=stage_registry.name_of("selector", selector),
-            corrector=stage_registry.name_of("corrector", corrector),
+            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
         )
         self.optimization_rule = optimization_rule
         self.cell_values = cell_values

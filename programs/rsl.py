@@ -264,9 +264,7 @@ class RSLSQL(SQLProgram):
             self_correction=self_correction,
             correction_rounds=correction_rounds,
             pool_source=pool_source,
-            linker=stage_registry.name_of("linker", linker),
-            selector=stage_registry.name_of("selector", selector),
-            corrector=stage_registry.name_of("corrector", corrector),
+            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
         )
         self.num_demos = num_demos
         self.value_samples = value_samples

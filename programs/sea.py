@@ -190,9 +190,7 @@ class SEASQL(SQLProgram):
             execution_rounds=execution_rounds,
             second_elimination=second_elimination,
             foreign_keys=foreign_keys,
-            linker=stage_registry.name_of("linker", linker),
-            selector=stage_registry.name_of("selector", selector),
-            corrector=stage_registry.name_of("corrector", corrector),
+            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
         )
         self.values_per_column = values_per_column
         self.top_k = top_k
@@ -262,15 +260,11 @@ class SEASQL(SQLProgram):
         stages: list[str] = ["schema"]
         schema_text, values = self.enhanced_schema(question, db)
 
-        linked = None
-        if stage_registry.name_of("linker", self.linker) != "none":
-            schema = introspect(db)
-            linked = self.linker(
-                **ask, schema=schema, sql="", db_schema=schema_text, dialect=db.dialect
-            ).linked
+        linked = stage_registry.link(self.linker, **ask, db_schema=schema_text)
+        if linked is not None:
             stages.append("linking")
             if linked:
-                schema_text = self.render(linked.subset(schema), values)
+                schema_text = self.render(linked.subset(introspect(db)), values)
 
         first = self.generate(
             dialect=db.dialect, db_schema=schema_text, question=question, evidence=evidence

@@ -148,6 +148,45 @@ def name_of(role: str, spec: str | dspy.Module) -> str | None:
     return None
 
 
+def role_switches(**specs: str | dspy.Module) -> dict[str, str | None]:
+    """``{role: registry name}`` for a program's switches: ``role_switches(linker=..., ...)``."""
+    return {role: name_of(role, spec) for role, spec in specs.items()}
+
+
+def is_none(role: str, stage: Any) -> bool:
+    """Whether ``stage`` is the role's do-nothing choice (``none`` linker or corrector)."""
+    return stage is None or name_of(role, stage) == "none"
+
+
+def link(
+    linker: dspy.Module,
+    *,
+    question: str,
+    db: Any,
+    db_schema: str,
+    evidence: str = "",
+    sql: str = "",
+) -> Any:
+    """Call ``linker`` with the role's protocol; None for the ``none`` linker (nothing to prune).
+
+    The schema is introspected here (cached per database), so a program passes only its own
+    schema text and, where it has one, the draft SQL the linker may read.
+    """
+    if is_none("linker", linker):
+        return None
+    from sqlweave.schema import introspect
+
+    return linker(
+        question=question,
+        schema=introspect(db),
+        sql=sql,
+        db_schema=db_schema,
+        evidence=evidence,
+        dialect=db.dialect,
+        db=db,
+    ).linked
+
+
 def _texts(items: Iterable[Any] | None, attr: str) -> list[str]:
     out = []
     for item in items or []:
@@ -193,4 +232,16 @@ def result(
     )
 
 
-__all__ = ["CONTRACT", "ROLES", "STAGES", "available", "build", "name_of", "result", "stage_class"]
+__all__ = [
+    "CONTRACT",
+    "ROLES",
+    "STAGES",
+    "available",
+    "build",
+    "is_none",
+    "link",
+    "name_of",
+    "result",
+    "role_switches",
+    "stage_class",
+]

@@ -133,9 +133,7 @@ class WeaveSQL(SQLProgram):
             temperature=temperature,
             repair_rounds=repair_rounds,
             schema_layout=schema_layout,
-            linker=stage_registry.name_of("linker", linker),
-            selector=stage_registry.name_of("selector", selector),
-            corrector=stage_registry.name_of("corrector", corrector),
+            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
         )
         self.num_demos = num_demos
         self.demo_strategy = demo_strategy
@@ -176,19 +174,10 @@ class WeaveSQL(SQLProgram):
             mentioned = ValueIndex.build(db).mentioned(question)
             stages.append("values")
 
-        linked = None
-        if stage_registry.name_of("linker", self.linker) != "none":
-            from sqlweave.schema import introspect
-
-            linked = self.linker(
-                question=question,
-                schema=introspect(db),
-                sql="",
-                db_schema=schema,
-                evidence=evidence,
-                dialect=db.dialect,
-                db=db,
-            ).linked
+        linked = stage_registry.link(
+            self.linker, question=question, db=db, db_schema=schema, evidence=evidence
+        )
+        if linked is not None:
             stages.append("linking")
             if linked:
                 schema = self.schema_text(db, linked.all_tables)
