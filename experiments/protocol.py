@@ -10,7 +10,12 @@ model exists, the paired difference against it with McNemar's exact p-value.
     python experiments/protocol.py --program weave --slice spider-dev-200 --n-threads 1
     python experiments/protocol.py --program direct --slice spider-train-val --set schema_layout=native \
         --config native
+    python experiments/protocol.py --artifact direct.search.json --slice spider-dev-200
     python experiments/protocol.py --table       # experiments/results/protocol/README.md
+
+``--artifact`` evaluates a compiled program saved by ``sqlweave compile`` (loaded in this fresh
+process, as a user would): its file is labelled ``<program>__compiled-<optimizer>`` and its summary
+adds the paired comparison against the uncompiled program's run on the same slice.
 
 Files: ``experiments/results/protocol/<program>[__<config>]__<slice>__<model>.{jsonl,json}``.
 Choose on ``spider-train-val``; report on ``spider-dev-200`` and ``bird-52``.
@@ -64,6 +69,9 @@ def summarize_run(
     naive = RESULTS / f"{stem('naive', '', slice_name, model)}.jsonl"
     if program != "naive" and naive.exists():
         out["vs_naive"] = compare(records, read_records(naive))
+    uncompiled = RESULTS / f"{stem(program, '', slice_name, model)}.jsonl"
+    if config.startswith("compiled") and uncompiled.exists():
+        out["vs_uncompiled"] = compare(records, read_records(uncompiled))
     return out
 
 
@@ -74,6 +82,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from sqlweave.lm import configure
 
     switches = _parse_switches(args.set or [])
+    artifact = None
+    if args.artifact:
+        from sqlweave.optimizers import load_program
+
+        artifact = load_program(args.artifact)
+        meta = artifact[1]
+        args.program = meta.program
+        args.config = args.config or f"compiled-{meta.optimizer}"
+        switches = dict(artifact[0].switches)
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = stem(args.program, args.config, args.slice, args.model)
     jsonl = RESULTS / f"{name}.jsonl"
@@ -84,7 +101,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.n_threads:
         options["n_threads"] = args.n_threads
     configure(args.model, **options)
-    prog = programs.get(args.program, **switches)
+    prog = artifact[0] if artifact is not None else programs.get(args.program, **switches)
     started = time.perf_counter()
     evaluate(prog, examples, out_path=jsonl, resume=True, num_threads=1)
     wall = time.perf_counter() - started
@@ -146,6 +163,9 @@ def _row(summary: dict[str, Any]) -> str:
         p = f"{cmp['p']:.2g}"
     else:
         delta, p = "—", "—"
+    against = summary.get("vs_uncompiled")
+    if against:
+        label += f"; vs uncompiled {100 * against['delta']:+.1f}, p {against['p']:.2g}"
     calls = usage.get("calls")
     secs = usage.get("wall_seconds")
     tokens = (usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0)
@@ -191,6 +211,7 @@ def main() -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--n-threads", type=int, default=None, help="llama.cpp threads")
     parser.add_argument("--limit", type=int, default=0, help="first N questions only (iterate)")
+    parser.add_argument("--artifact", default="", help="a compiled program's file to evaluate")
     parser.add_argument("--table", action="store_true", help="write results/protocol/README.md")
     parser.add_argument(
         "--rescore", action="store_true", help="re-score every run here with the current metrics"
@@ -228,9 +249,10 @@ def main() -> None:
         f"[{100 * summary['interval'][0]:.1f}, {100 * summary['interval'][1]:.1f}] "
         f"calls/q={usage.get('calls', 0):.2f} s/q={usage.get('wall_seconds', 0):.1f}"
     )
-    if "vs_naive" in summary:
-        cmp = summary["vs_naive"]
-        line += f" vs naive {100 * cmp['delta']:+.1f} p={cmp['p']:.3g}"
+    for key, label in (("vs_naive", "naive"), ("vs_uncompiled", "uncompiled")):
+        if key in summary:
+            cmp = summary[key]
+            line += f" vs {label} {100 * cmp['delta']:+.1f} p={cmp['p']:.3g}"
     print(line)
 
 
