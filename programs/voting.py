@@ -245,7 +245,7 @@ class FirstSelector(dspy.Module):
         return dspy.Prediction(sql=candidates[index], choice=index + 1, lm_called=False)
 
 
-class SelfConsistency(dspy.Module):
+class SelfConsistency(Sampler):
     """Sample ``n`` SQL candidates from one generator and return the execution-majority answer:
     a :class:`Sampler` followed by :func:`vote`.
 
@@ -253,24 +253,9 @@ class SelfConsistency(dspy.Module):
     wins ties as the most trusted. Predictors that pin their own LM are not varied.
     """
 
-    def __init__(
-        self,
-        predictor: dspy.Module,
-        n: int = 5,
-        temperature: float = 0.7,
-        greedy_first: bool = True,
-        sql_field: str = "sql",
-    ) -> None:
-        super().__init__()
-        self.sampler = Sampler(predictor, n, temperature, greedy_first, sql_field)
-
-    @property
-    def n(self) -> int:
-        return self.sampler.n
-
-    def forward(self, db: Database | str | Path, **inputs: Any) -> dspy.Prediction:
+    def forward(self, db: Database | str | Path, **inputs: Any) -> dspy.Prediction:  # type: ignore[override]
         """Returns ``Prediction(sql, candidates, vote)`` with the :class:`VoteResult`."""
         database = resolve_database(db)
-        candidates = self.sampler(db=database, **inputs)
+        candidates = super().forward(db=database, **inputs)
         result = vote(candidates, database)
         return dspy.Prediction(sql=result.sql, candidates=candidates, vote=result)
