@@ -15,6 +15,11 @@ from typing import Annotated, Any
 
 import typer
 
+logger = logging.getLogger(__name__)
+
+#: Validation questions a compile takes from ``spider-train-val`` when ``--val`` is not given.
+DEFAULT_N_VAL = 20
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -558,11 +563,15 @@ def compile_cmd(
             "--val",
             help="validation data: spider/bird (their dev split), a named slice such as "
             "spider-train-val (its first --n-val questions; train drops its databases), or a "
-            "file; default: a seeded 20 percent of --train",
+            "file; default with --train spider: spider-train-val (first --n-val, default 20: "
+            "databases the demos never saw) where its databases exist, else a seeded 20 "
+            "percent of --train",
         ),
     ] = None,
     n_train: Annotated[int, typer.Option(help="train examples to use; 0 = all")] = 24,
-    n_val: Annotated[int, typer.Option(help="validation examples with --val; 0 = all")] = 0,
+    n_val: Annotated[
+        int, typer.Option(help="validation examples with --val; 0 = all (the default slice: 20)")
+    ] = 0,
     max_demos: Annotated[int, typer.Option(help="demonstrations per predictor")] = 2,
     candidates: Annotated[int, typer.Option(help="random_search: shuffled candidates")] = 2,
     trials: Annotated[
@@ -701,6 +710,15 @@ def _compile(
         _fail(f"--checkpoint {checkpoint} is a directory; give a file path")
     train_pool = _load_examples(train, "train", data_root)
     valset = None
+    if val is None and train == "spider":
+        # Cross-database validation by default: a compile should choose what carries over to
+        # databases it has not seen, as dev's are. Bundled data alone lacks the slice's databases.
+        try:
+            load_slice("spider-train-val", root=data_root)
+            val, n_val = "spider-train-val", n_val or DEFAULT_N_VAL
+            logger.info("validating on spider-train-val (first %d): unseen databases", n_val)
+        except DataError:
+            logger.info("spider-train-val is not available; validating on 20%% of --train")
     if val is not None and val in SLICES:
         # A named slice: its first n_val questions, in the committed order; train keeps none of
         # its databases, so the choice made on it is one that carries over to unseen databases.

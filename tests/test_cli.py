@@ -121,8 +121,9 @@ def test_compile_inspect_ask_evaluate(
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "compiled direct with labeled on 5 train examples" in result.output
-    assert "validation EX" in result.output and out.is_file()
+    # Validation defaults to spider-train-val (unseen databases), so all 6 stay for training.
+    assert "compiled direct with labeled on 6 train examples" in result.output
+    assert "validation EX" in result.output and "(n=20)" in result.output and out.is_file()
 
     result = runner.invoke(app, ["inspect", str(out)])
     assert result.exit_code == 0, result.output
