@@ -346,9 +346,9 @@ class SwitchSearch(SQLTeleprompter):
         when there is no validation set; only validation data is used)."""
         try:
             import optuna
-        except ImportError as err:  # optuna ships with the 'mipro' extra
+        except ImportError as err:  # optuna is a core dependency; a broken install
             raise ImportError(
-                "the search optimizer needs optuna: pip install 'sqlweave[mipro]'"
+                "the search optimizer needs optuna: pip install optuna"
             ) from err
         build = self._builder(student)
         space = check_space(
