@@ -347,9 +347,7 @@ class SwitchSearch(SQLTeleprompter):
         try:
             import optuna
         except ImportError as err:  # optuna is a core dependency; a broken install
-            raise ImportError(
-                "the search optimizer needs optuna: pip install optuna"
-            ) from err
+            raise ImportError("the search optimizer needs optuna: pip install optuna") from err
         build = self._builder(student)
         space = check_space(
             student, self.space if self.space is not None else default_space(student), build
