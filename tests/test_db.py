@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+import sqlweave.db as dbmod
 from sqlweave.db import (
+    VERDICT_CACHE_MAX_CHARS,
     Database,
     ExecutionError,
     QueryResult,
@@ -115,6 +117,44 @@ def test_errors_are_not_cached(db: Database) -> None:
     assert isinstance(db.try_execute(sql), ExecutionError)
 
 
+def test_read_only_verdicts_are_cached_per_text(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    def check(sql: str, dialect: str = "sqlite") -> None:
+        calls.append(sql)
+
+    monkeypatch.setattr(dbmod, "check_read_only", check)
+    sql = "SELECT count(*) FROM pets WHERE pet_id > 1 -- verdict cache"
+    long_sql = f"SELECT count(*) FROM pets /* {'x' * VERDICT_CACHE_MAX_CHARS} */"
+    for _ in range(2):
+        db.execute(sql, use_cache=False)
+        db.execute(long_sql, use_cache=False)
+    # Checked once; a text too long for the cache every time.
+    assert calls == [sql, long_sql, long_sql]
+
+
+def test_a_replaced_check_never_shares_verdicts(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sql = "SELECT count(*) FROM pets; SELECT 1 -- replaced check"
+    with monkeypatch.context() as patch:
+        patch.setattr(dbmod, "check_read_only", lambda sql, dialect="sqlite": None)
+        bypassed = db.try_execute(sql)
+    assert isinstance(bypassed, ExecutionError) and bypassed.kind != "not_read_only"
+    refused = db.try_execute(sql)
+    assert isinstance(refused, ExecutionError) and refused.kind == "not_read_only"
+
+
+def test_cached_refusals_are_raised_again(db: Database) -> None:
+    for sql in ("DELETE FROM people", "SELECT name FROM people WHRE age > 3"):
+        first, again = db.try_execute(sql), db.try_execute(sql)
+        assert isinstance(first, ExecutionError) and isinstance(again, ExecutionError)
+        assert (again.kind, again.message, again.sql) == (first.kind, first.message, sql)
+        assert again is not first
+
+
 # --- row caps -------------------------------------------------------------------------------------
 
 
@@ -133,6 +173,49 @@ def test_max_rows_exact_fit_is_not_truncated(db: Database) -> None:
 def test_max_rows_none_returns_everything(db: Database) -> None:
     result = db.execute("SELECT id FROM people", max_rows=None)
     assert len(result) == 51 and not result.truncated
+
+
+class _Cursor:
+    def __init__(self, rows: list[tuple]) -> None:
+        self._rows = rows
+
+    def fetchmany(self, n: int) -> list[tuple]:
+        out, self._rows = self._rows[:n], self._rows[n:]
+        return out
+
+
+def _fetch_value_by_value(rows: list[tuple], max_rows: int | None, max_bytes: int | None):
+    """The caps as specified: every value normalised and sized, the cut at the first row that
+    goes over either cap."""
+    kept: list[tuple] = []
+    size = 0
+    for r in rows:
+        row = dbmod._normalize_row(r)
+        size += sum(dbmod._value_bytes(v) for v in row)
+        if (max_rows is not None and len(kept) >= max_rows) or (
+            max_bytes is not None and size > max_bytes
+        ):
+            return tuple(kept), True
+        kept.append(row)
+    return tuple(kept), False
+
+
+def test_batched_fetch_matches_the_value_by_value_caps() -> None:
+    from decimal import Decimal
+
+    plain = [(i, f"name{i}" * (i % 5), None if i % 3 else 2.5, b"x" * (i % 4)) for i in range(3000)]
+    # SQLite types each value: text with NULL or with numbers in one column.
+    mixed = [(i if i % 2 else str(i), None if i % 7 else "t" * (i % 9), True) for i in range(700)]
+    odd = [(i, memoryview(b"ab"), Decimal("1.5"), [1, 2]) for i in range(40)]
+    for rows in (plain, mixed, odd, plain[:5] + odd[:3] + plain[5:1500], [], [()] * 10):
+        for max_rows in (None, 0, 1, 3, 500, 1023, 1024, 2999, 3000, 5000):
+            for max_bytes in (None, 0, 16, 100, 10_000, 60_000, 10**9):
+                got = dbmod._fetch(_Cursor(rows), max_rows, max_bytes)
+                want = _fetch_value_by_value(rows, max_rows, max_bytes)
+                assert got == want, (len(rows), max_rows, max_bytes)
+                assert [tuple(map(type, r)) for r in got[0]] == [
+                    tuple(map(type, r)) for r in want[0]
+                ]
 
 
 # --- errors and feedback --------------------------------------------------------------------------
@@ -273,6 +356,23 @@ def test_threads_get_their_own_connections(db: Database) -> None:
         assert counts == [51 - min(50, i * 7 + k) for k in range(20)]
     # Each running query had a connection of its own; finished ones wait idle for reuse.
     assert 1 <= db.open_connections <= n
+
+
+def test_watchdog_fires_an_earlier_deadline_armed_later() -> None:
+    watchdog = dbmod._Watchdog()
+    fired: list[str] = []
+    now = time.monotonic()
+    late = watchdog.arm(now + 60, lambda: fired.append("late"))
+    watchdog.arm(now + 0.2, lambda: fired.append("early"))  # must wake the waiting thread
+    watchdog.arm(now + 0.4, lambda: fired.append("next"))  # it wakes for this one by itself
+    stale = watchdog.arm(now + 0.3, lambda: fired.append("stale"))
+    assert watchdog.disarm(stale) is False
+    deadline = time.monotonic() + 10
+    while len(fired) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fired == ["early", "next"]
+    assert time.monotonic() - now < 2.0
+    assert watchdog.disarm(late) is False
 
 
 def test_close_closes_every_connection(db_path: Path) -> None:
