@@ -921,10 +921,17 @@ def demo(
     ),
     n_train: Annotated[int, typer.Option(help="bundled train examples for compiling")] = 16,
     n_dev: Annotated[int, typer.Option(help="bundled dev questions to evaluate")] = 40,
+    n_val: Annotated[
+        int, typer.Option(help="validation questions the search scores each choice on")
+    ] = 10,
     data_root: DataRootOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """The main job: compile on bundled train data, save, evaluate on bundled dev, ask once."""
+    """The main job: compile on bundled train data, save, evaluate on bundled dev, ask once.
+
+    The compile is the switch search over ``direct``'s candidates (1 or 3, voted by execution),
+    the same code path as the README's compiled row, on a demo-sized validation set.
+    """
     _setup_logging(verbose)
     from sqlweave.api import CompiledProgram
     from sqlweave.data import eval_slice
@@ -934,10 +941,12 @@ def demo(
     workdir.mkdir(parents=True, exist_ok=True)
     artefact = workdir / "direct.json"
     typer.secho("1/3 compile", bold=True)
+    # The code path of the README's headline compile (direct + the switch search), at demo size:
+    # one and three candidates, the choice made on validation questions.
     _compile(
         program="direct",
         out=artefact,
-        optimizer="bootstrap",
+        optimizer="search",
         train="spider",
         data_root=data_root,
         n_train=n_train,
@@ -946,6 +955,10 @@ def demo(
         model=model,
         api_base=api_base,
         switches=[],
+        n_val=n_val,
+        trials=2,
+        space=["samples=1,3"],
+        sampler="grid",
     )
     typer.secho("2/3 evaluate the saved program", bold=True)
     program, meta = load_program(artefact)

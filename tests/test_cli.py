@@ -288,3 +288,19 @@ def test_evaluate_killed_mid_run_resumes_without_gaps_or_repeats(
     assert ids[: len(before)] == before  # finished records were kept, not redone
     calls = int(done.stderr.rsplit("LM_CALLS=", 1)[1].split()[0])
     assert calls == n - len(before)  # only the unfinished questions (in flight included) ran
+
+
+def test_demo_compiles_by_switch_search_evaluates_and_asks(
+    dummy_model: dict, tmp_path: Path
+) -> None:
+    bundle = Path(__file__).resolve().parents[1] / "sqlweave" / "demo"
+    dummy_model["lm"] = DummyLM({"": {"sql": "SELECT count(*) FROM singer"}})
+    work = tmp_path / "demo"
+    args = ["demo", "--workdir", str(work), "--data-root", str(bundle)]
+    result = runner.invoke(app, [*args, "--n-train", "5", "--n-dev", "3"])
+    assert result.exit_code == 0, result.output
+    assert "compiled direct with search" in result.output
+    assert "chose samples=" in result.output  # the switch search ran and said what it chose
+    assert "3/3 ask the saved program" in result.output
+    meta = json.loads((work / "direct.json").read_text())["meta"]
+    assert meta["optimizer"] == "search" and meta["switches"]["samples"] in (1, 3)
