@@ -1049,5 +1049,25 @@ def report(
     typer.echo(f"report: {path}")
 
 
+@app.command("programs")
+def programs_cmd() -> None:
+    """The registered programs with their default switches, and the stages each role accepts
+    (``--set linker=NAME`` / ``selector=`` / ``corrector=``)."""
+    from sqlweave.programs import available, get
+    from sqlweave.programs.stages import available as stage_names
+
+    for name in available():
+        try:
+            switches = get(name).switches
+        except Exception as err:  # a program that cannot be built here says why, the rest list
+            typer.echo(f"{name}: cannot be built here ({_first_line(str(err))})")
+            continue
+        shown = " ".join(f"{k}={v}" for k, v in switches.items())
+        typer.echo(f"{name}: {shown}")
+    typer.echo("")
+    for role, names in stage_names().items():
+        typer.echo(f"{role}: {', '.join(names)}")
+
+
 def main() -> None:  # pragma: no cover - entry point
     sys.exit(app())

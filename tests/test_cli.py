@@ -304,3 +304,11 @@ def test_demo_compiles_by_switch_search_evaluates_and_asks(
     assert "3/3 ask the saved program" in result.output
     meta = json.loads((work / "direct.json").read_text())["meta"]
     assert meta["optimizer"] == "search" and meta["switches"]["samples"] in (1, 3)
+
+
+def test_programs_lists_programs_switches_and_stages() -> None:
+    result = runner.invoke(app, ["programs"])
+    assert result.exit_code == 0, result.output
+    assert "pet:" in result.output and "linker=tables" in result.output
+    assert "linker: bidirectional, columns, forward, none, tables, values" in result.output
+    assert "corrector:" in result.output and "mage" in result.output
