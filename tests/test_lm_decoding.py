@@ -518,6 +518,11 @@ def test_small_model_samples_evaluate_the_prompt_once(demo_concert_db: Path) -> 
     _need_llama_cpp()
     schema = _ddl(demo_concert_db)
     engine = LlamaCppEngine(sqlweave_lm.SMALL_MODEL)
+    # The model is shared process-wide: another test may have left this very prompt in its KV
+    # cache, so start from an empty one (the first call must evaluate the whole prompt).
+    llama = engine._loaded().llama
+    llama.reset()
+    llama.prompt_states.clear()  # and no snapshot of it from an earlier sampled call
     first = engine.complete(_sql_request(engine.spec, schema, QUESTIONS[0], temperature=0.8))
     prompt_tokens = first.usage.input_tokens
     assert (first.provider_data or {})["prompt_eval_tokens"] > 100
