@@ -49,7 +49,10 @@ class DemoSource:
         self.k = k
         self.source = source
         self.options = dict(options or {})
-        self._pool = CACHE.put(list(pool)) if pool is not None else None
+        if pool is not None and not isinstance(pool, list):
+            pool = list(pool)
+        # The list itself is the cache entry: programs given one pool share it and its retriever.
+        self._pool = CACHE.put(pool) if pool is not None else None
         self._retriever = CACHE.put(retriever) if retriever is not None else None
         self._encoder = CACHE.put(encoder) if encoder is not None else None
 

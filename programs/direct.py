@@ -16,8 +16,8 @@ import dspy
 from sqlweave.db import Database
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
+from sqlweave.programs.naive import prompt_schema
 from sqlweave.programs.voting import Sampler
-from sqlweave.schema import introspect, render_ddl
 from sqlweave.signatures import GenerateSQL
 
 
@@ -64,21 +64,15 @@ class DirectSQL(SQLProgram):
         self.sampler = Sampler(self.generate, n=samples, temperature=float(temperature))
         self.linker = stage_registry.build("linker", linker)
         self.selector = stage_registry.build("selector", selector)
-        options = {"max_rounds": 1, "retry_on_empty": True}
         self.corrector = stage_registry.build(
-            "corrector", corrector, **(options if corrector == "execution" else {})
+            "corrector",
+            corrector,
+            settings={"execution": {"max_rounds": 1, "retry_on_empty": True}},
         )
 
     def schema_text(self, db: Database, tables: set[str] | None = None) -> str:
         """The schema as the prompt shows it; ``tables`` (linked) keeps only theirs."""
-        if self.schema_layout == "native":
-            from sqlweave.programs.naive import native_ddl
-
-            return native_ddl(db, tables)
-        schema = introspect(db)
-        if tables is not None:
-            schema = schema.subset(tables=sorted(tables))
-        return render_ddl(schema, layout=self.schema_layout)
+        return prompt_schema(db, self.schema_layout, tables)
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         stages: list[str] = []

@@ -81,7 +81,7 @@ class _Dubo(SQLProgram):
         self.generate = Generator(GenerateSQL)
         if correction is not None:
             self.corrector = stage_registry.build(
-                "corrector", corrector, **(correction if corrector == "execution" else {})
+                "corrector", corrector, settings={"execution": correction}
             )
         self.selector = stage_registry.build("selector", selector)
 

@@ -423,9 +423,7 @@ class MageSQL(SQLProgram):
         self.linker = stage_registry.build("linker", linker)
         self.selector = stage_registry.build("selector", selector)
         halves = {"rule_correction": rule_correction, "prompt_correction": prompt_correction}
-        self.corrector = stage_registry.build(
-            "corrector", corrector, **(halves if corrector == "mage" else {})
-        )
+        self.corrector = stage_registry.build("corrector", corrector, settings={"mage": halves})
 
     @property
     def uses_draft(self) -> bool:

@@ -59,6 +59,18 @@ def native_ddl(db: Database, tables: Iterable[str] | None = None) -> str:
     return render_ddl(schema, layout="pretty")
 
 
+def prompt_schema(db: Database, layout: str = "native", tables: Iterable[str] | None = None) -> str:
+    """The schema as a generation prompt shows it: ``native`` (:func:`native_ddl`) or a
+    :func:`~sqlweave.schema.render_ddl` layout (``compact``, ``pretty``); ``tables`` (a linker's)
+    keeps only theirs."""
+    if layout == "native":
+        return native_ddl(db, tables)
+    schema = introspect(db)
+    if tables is not None:
+        schema = schema.subset(tables=sorted(tables))
+    return render_ddl(schema, layout=layout)
+
+
 def reply_sql(reply: str) -> str:
     """The reference script's extraction: the first fenced block, else the whole reply."""
     fenced = _FENCE.search(reply)

@@ -292,7 +292,7 @@ class RSLSQL(SQLProgram):
                 "use_evidence": self.forward_linking,
             }
             self.linker = stage_registry.build(
-                "linker", linker, **(options if linker == "bidirectional" else {})
+                "linker", linker, settings={"bidirectional": options}
             )
         self.preliminary_sql = Generator(GenerateSQLWithHints)
         self.extract_components: dspy.Predict | None = None
@@ -308,7 +308,7 @@ class RSLSQL(SQLProgram):
         if self_correction and correction_rounds > 0:
             options = {"max_rounds": correction_rounds, "retry_on_empty": True, "multi_turn": True}
             self.corrector = stage_registry.build(
-                "corrector", corrector, **(options if corrector == "execution" else {})
+                "corrector", corrector, settings={"execution": options}
             )
 
     # -- per-database and per-question context ------------------------------------------------------

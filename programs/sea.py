@@ -208,7 +208,7 @@ class SEASQL(SQLProgram):
         if execution_adjustment:
             dea = {"max_rounds": execution_rounds, "reflect": True, "multi_turn": True}
             self.corrector = stage_registry.build(
-                "corrector", corrector, **(dea if corrector == "execution" else {})
+                "corrector", corrector, settings={"execution": dea}
             )
         self.selector = stage_registry.build("selector", selector)
 

@@ -114,8 +114,18 @@ def stage_class(role: str, name: str) -> type:
     return getattr(importlib.import_module(module_name), cls_name)
 
 
-def build(role: str, spec: str | dspy.Module | None, **options: Any) -> dspy.Module:
+def build(
+    role: str,
+    spec: str | dspy.Module | None,
+    *,
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
+    **options: Any,
+) -> dspy.Module:
     """The stage for ``spec``: a registry name built with ``options``, or a module used as is.
+
+    ``settings`` maps registry names to the options only that implementation takes, so a
+    program can configure its default stage (``settings={"execution": {"max_rounds": 1}}``)
+    and still accept any other name in its place.
 
     ``None`` is what a program's saved switches hold for a stage that was passed as an instance
     of an unregistered class: it cannot be rebuilt from a file, so the error says to pass it again.
@@ -130,7 +140,7 @@ def build(role: str, spec: str | dspy.Module | None, **options: Any) -> dspy.Mod
         )
     if not isinstance(spec, str):
         raise TypeError(f"{role} must be a registry name or a dspy.Module, got {spec!r}")
-    return stage_class(role, spec)(**options)
+    return stage_class(role, spec)(**options, **(settings or {}).get(spec, {}))
 
 
 def name_of(role: str, spec: str | dspy.Module) -> str | None:

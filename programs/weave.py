@@ -47,7 +47,7 @@ from sqlweave.db import Database
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
 from sqlweave.programs.demos import DemoSource
-from sqlweave.programs.naive import native_ddl
+from sqlweave.programs.naive import prompt_schema
 from sqlweave.programs.voting import Sampler
 from sqlweave.signatures import GenerateSQLFromExamples
 from sqlweave.values import ValueIndex
@@ -151,19 +151,15 @@ class WeaveSQL(SQLProgram):
         self.sampler = Sampler(self.generate, n=samples, temperature=self.temperature)
         self.linker = stage_registry.build("linker", linker)
         self.selector = stage_registry.build("selector", selector)
-        options = {"max_rounds": repair_rounds, "retry_on_empty": True}
         self.corrector = stage_registry.build(
-            "corrector", corrector, **(options if corrector == "execution" else {})
+            "corrector",
+            corrector,
+            settings={"execution": {"max_rounds": repair_rounds, "retry_on_empty": True}},
         )
 
     def schema_text(self, db: Database, tables: Iterable[str] | None = None) -> str:
         """The schema as the prompt shows it; ``tables`` (linked) keeps only theirs."""
-        if self.schema_layout == "native":
-            return native_ddl(db, tables)
-        from sqlweave.schema import introspect, render_ddl
-
-        schema = introspect(db)
-        return render_ddl(schema if tables is None else schema.subset(tables=sorted(tables)))
+        return prompt_schema(db, self.schema_layout, tables)
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         stages: list[str] = []

@@ -49,6 +49,16 @@ def test_every_registered_stage_builds() -> None:
             assert stages.name_of(role, module) == name
 
 
+def test_settings_configure_only_the_named_implementation() -> None:
+    settings = {"execution": {"max_rounds": 2, "retry_on_empty": True}}
+    loop = stages.build("corrector", "execution", settings=settings)
+    assert (loop.max_rounds, loop.retry_on_empty) == (2, True)
+    # Another name takes its place without being handed options it does not accept.
+    assert stages.name_of("corrector", stages.build("corrector", "rules", settings=settings)) == (
+        "rules"
+    )
+
+
 def test_unknown_names_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="unknown linker 'magic'; choose one of"):
         stages.build("linker", "magic")
@@ -232,6 +242,9 @@ def test_demo_source_shares_its_pool_with_copies() -> None:
     found = source.retrieve("How many things number 3?", _Db())
     assert len(found) == 2 and found[0].question == "How many things number 3?"
     assert DemoSource("none", k=4).retrieve("q", _Db()) == []
+    # Two programs given one pool list share it, and so its retriever (built once).
+    other = DemoSource("jaccard", k=1, pool=pool)
+    assert other.pool() is source.pool() and other.retriever() is source.retriever()
     with pytest.raises(ValueError, match=">= 0"):
         DemoSource(k=-1)
 
