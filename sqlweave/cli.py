@@ -710,11 +710,12 @@ def _compile(
         _fail(f"--checkpoint {checkpoint} is a directory; give a file path")
     train_pool = _load_examples(train, "train", data_root)
     valset = None
+    whole = None  # the named validation slice, loaded once
     if val is None and train == "spider":
         # Cross-database validation by default: a compile should choose what carries over to
         # databases it has not seen, as dev's are. Bundled data alone lacks the slice's databases.
         try:
-            load_slice("spider-train-val", root=data_root)
+            whole = load_slice("spider-train-val", root=data_root)
             val, n_val = "spider-train-val", n_val or DEFAULT_N_VAL
             logger.info("validating on spider-train-val (first %d): unseen databases", n_val)
         except DataError:
@@ -722,10 +723,11 @@ def _compile(
     if val is not None and val in SLICES:
         # A named slice: its first n_val questions, in the committed order; train keeps none of
         # its databases, so the choice made on it is one that carries over to unseen databases.
-        try:
-            whole = load_slice(val, root=data_root)
-        except DataError as err:
-            _fail(str(err))
+        if whole is None:
+            try:
+                whole = load_slice(val, root=data_root)
+            except DataError as err:
+                _fail(str(err))
         held = {ex.db_id for ex in whole}
         train_pool = [ex for ex in train_pool if ex.db_id not in held]
         valset = whole[: n_val or None]
