@@ -1,127 +1,240 @@
-"""Compiled versus uncompiled: validation and dev EX of one program before and after an optimizer.
+"""Compiled versus uncompiled, under the evaluation protocol (issue 16).
 
 For one (program, optimizer, model) this script
 
-1. takes a fixed slice of Spider **train** (``--n-train``, seed 0) for the optimizer and a disjoint
-   fixed slice of train (``--n-val``) for validation, so no dev question is ever seen while
-   compiling;
-2. scores the uncompiled program on the validation slice and on the dev slices;
-3. compiles with ``sqlweave.compile`` (optimizer, LM-call budget, wall time recorded), saves the
-   artefact, **loads it back** and scores the loaded program on the same slices;
-4. writes ``experiments/results/compile/<program>__<optimizer>__<model>.json`` (plus one JSONL per
-   scored slice; every slice resumes, and DSPy's cache replays finished LM calls).
+1. **compiles** with ``python -m sqlweave compile``, the command users run: train is Spider train
+   without the ``spider-train-val`` databases, validation is the first ``--n-val`` questions of
+   ``spider-train-val`` (databases the demos never saw, as dev's are). The compile keeps a
+   checkpoint, so a killed run resumes; a finished artefact is reused
+   (``results/compile/<program>__<optimizer>__<model>.artefact.json``; ``--recompile`` redoes it);
+2. for each report slice (``--slices``, default ``spider-dev-200``), runs ``protocol.py`` for the
+   **uncompiled** program (reused when its summary exists) and for the **artefact**, loaded in a
+   fresh process as a user would (``protocol.py --artifact``); both runs resume;
+3. writes ``results/compile/<stem>.json``: the compile's cost (LM calls used of the budget,
+   seconds, what the search chose) and per slice EX with its 95% interval before and after, the
+   paired difference and McNemar's exact p (from the protocol summaries).
 
-    python experiments/compile_vs_uncompiled.py --program direct --optimizer knn --n-train 1000 \
-        --model local:qwen2.5-coder-1.5b
-    python experiments/compile_vs_uncompiled.py --program sea --optimizer bootstrap --budget 40 \
-        --model local:qwen2.5-coder-0.5b
+Nothing here is chosen on a report slice: the optimizer sees train and spider-train-val only.
 
-``--table`` writes ``experiments/results/compile/README.md`` from every summary there.
+    python experiments/compile_vs_uncompiled.py --program direct --optimizer search --n-val 40 \
+        --budget 2500
+    python experiments/compile_vs_uncompiled.py --program pet --optimizer search \
+        --space samples=2,8 --space num_demos=0,2 --n-val 40 --budget 3000 --slices spider-dev-200
+    python experiments/compile_vs_uncompiled.py --table   # results/compile/README.md
 
-The dev slices are the ones ``run_programs.py`` uses (Spider dev stratified by hardness, seed 0;
-BIRD superhero stratified by difficulty), so the uncompiled figures match that table.
+``--n-threads`` sets the llama.cpp threads of every step (``SQLWEAVE_N_THREADS`` for the compile).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
+import os
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results" / "compile"
+from protocol import RESULTS as PROTOCOL_RESULTS
+from protocol import stem as protocol_stem
+from run_programs import _commit, model_tag
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "compile"
+DEFAULT_MODEL = "local:qwen2.5-coder-1.5b"
 
 
-def _slices(args: argparse.Namespace) -> tuple[list[Any], list[Any], dict[str, list[Any]]]:
-    from sqlweave.data import assert_disjoint, eval_slice, load_bird, load_spider
+def compile_command(args: argparse.Namespace, artefact: Path) -> list[str]:
+    """The ``sqlweave compile`` command line for ``args`` (validation: spider-train-val)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "sqlweave",
+        "compile",
+        "--program",
+        args.program,
+        "--optimizer",
+        args.optimizer,
+        "--train",
+        "spider",
+        "--val",
+        "spider-train-val",
+        "--n-val",
+        str(args.n_val),
+        "--n-train",
+        str(args.n_train),
+        "--max-demos",
+        str(args.max_demos),
+        "--trials",
+        str(args.trials),
+        "--model",
+        args.model,
+        "--out",
+        str(artefact),
+        "--no-progress",
+    ]
+    if args.budget is not None:
+        cmd += ["--budget", str(args.budget)]
+    if args.search_val:
+        cmd += ["--search-val", str(args.search_val)]
+    for item in args.space:
+        cmd += ["--space", item]
+    if args.proposer_model:
+        cmd += ["--proposer-model", args.proposer_model]
+    return cmd
 
-    train_all = load_spider(split="train")
-    pool = eval_slice(train_all, n=args.n_train + args.n_val, seed=0, stratify=None)
-    # The validation questions are the first n_val of a seeded shuffle of the pool; the rest train.
-    from sqlweave.optimizers.compile import split_train_val
 
-    trainset, valset = split_train_val(pool, val_fraction=args.n_val / len(pool), seed=0)
-    dev: dict[str, list[Any]] = {}
-    if args.spider_n:
-        dev["spider"] = eval_slice(load_spider(split="dev"), n=args.spider_n, seed=0)
-    if args.bird_n:
-        dev["bird"] = eval_slice(load_bird(split="dev"), n=args.bird_n, seed=0)
-    for examples in dev.values():
-        assert_disjoint(trainset + valset, examples)
-    return trainset, valset, dev
+def protocol_command(args: argparse.Namespace, slice_name: str, artefact: Path | None) -> list[str]:
+    """``protocol.py`` for the uncompiled program (``artefact`` None) or the compiled one."""
+    cmd = [sys.executable, str(HERE / "protocol.py"), "--slice", slice_name, "--model", args.model]
+    cmd += ["--artifact", str(artefact)] if artefact else ["--program", args.program]
+    if args.n_threads:
+        cmd += ["--n-threads", str(args.n_threads)]
+    return cmd
 
 
-def _score(program: Any, examples: list[Any], out: Path) -> dict[str, Any]:
-    from sqlweave.evaluate import evaluate
+def _run(cmd: list[str], env: dict[str, str]) -> None:
+    print("$", " ".join(cmd[1:]), flush=True)
+    subprocess.run(cmd, check=True, env=env)
 
-    result = evaluate(program, examples, out_path=out, resume=True)
+
+def _interval(summary: dict[str, Any]) -> dict[str, Any]:
     return {
-        "ex": result["ex"],
-        "n": result["n"],
-        "by_difficulty": result["by_difficulty"],
-        "usage_per_question": result.get("usage") or {},
-        "records": out.name,
+        "n": summary["n"],
+        "ex": summary["ex"],
+        "interval": summary["interval"],
+        "calls_per_q": (summary.get("usage") or {}).get("calls"),
+        "seconds_per_q": (summary.get("usage") or {}).get("wall_seconds"),
+        "records": summary["records"],
     }
 
 
-def _pct(value: Any) -> str:
-    return "" if value is None else f"{100 * value:.1f}"
+def summarize(args: argparse.Namespace, artefact: Path, compile_wall: float | None) -> dict:
+    """The comparison's summary from the artefact and the protocol summaries."""
+    data = json.loads(artefact.read_text())
+    meta = data.get("meta") or {}
+    extra = meta.get("extra") or {}
+    search = (extra.get("details") or {}).get("search") or {}
+    slices: dict[str, Any] = {}
+    for slice_name in args.slices:
+        before = (
+            PROTOCOL_RESULTS / f"{protocol_stem(args.program, '', slice_name, args.model)}.json"
+        )
+        config = f"compiled-{meta.get('optimizer', args.optimizer)}"
+        after = (
+            PROTOCOL_RESULTS / f"{protocol_stem(args.program, config, slice_name, args.model)}.json"
+        )
+        if not (before.exists() and after.exists()):
+            continue
+        b, a = json.loads(before.read_text()), json.loads(after.read_text())
+        slices[slice_name] = {
+            "uncompiled": _interval(b),
+            "compiled": _interval(a),
+            "vs_uncompiled": a.get("vs_uncompiled"),
+            "compiled_vs_naive": a.get("vs_naive"),
+        }
+    return {
+        "program": args.program,
+        "optimizer": meta.get("optimizer", args.optimizer),
+        "model": args.model,
+        "protocol": True,
+        "budget": meta.get("budget", args.budget),
+        "compile": {
+            "lm_calls": meta.get("lm_calls"),
+            "seconds": meta.get("compile_seconds"),
+            "wall_seconds_this_invocation": compile_wall,
+            "budget_exhausted": extra.get("budget_exhausted"),
+            "n_train": meta.get("n_train"),
+            "n_val": meta.get("n_val"),
+            "val_ex": meta.get("val_ex"),
+        },
+        "chosen": search.get("chosen"),
+        "search_trials": [
+            {k: t.get(k) for k in ("switches", "score", "calls", "seconds", "status")}
+            for t in search.get("trials", [])
+        ],
+        "slices": slices,
+        "artefact": artefact.name,
+        "commit": _commit(),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}"
+
+
+def protocol_rows() -> list[str]:
+    rows = []
+    for path in sorted(RESULTS.glob("*.json")):
+        if path.name.endswith((".artefact.json", ".ckpt.json")):
+            continue
+        r = json.loads(path.read_text())
+        if not r.get("protocol"):
+            continue
+        c = r["compile"]
+        chosen = ", ".join(f"{k}={v}" for k, v in (r.get("chosen") or {}).items()) or "—"
+        budget = f" of {r['budget']}" if r.get("budget") else ""
+        for slice_name, s in r["slices"].items():
+            b, a, cmp = s["uncompiled"], s["compiled"], s.get("vs_uncompiled") or {}
+            delta = (
+                f"{100 * cmp['delta']:+.1f} [{100 * cmp['delta_interval'][0]:+.1f}, "
+                f"{100 * cmp['delta_interval'][1]:+.1f}] | {cmp['p']:.2g}"
+                if cmp
+                else "— | —"
+            )
+            rows.append(
+                f"| {r['program']} | {r['optimizer']} | {slice_name} | {a['n']} "
+                f"| {_pct(b['ex'])} | {_pct(a['ex'])} [{_pct(a['interval'][0])}, "
+                f"{_pct(a['interval'][1])}] | {delta} | {c['lm_calls']}{budget} "
+                f"| {c['seconds'] or 0:.0f} | {_pct(c['val_ex'])} (n={c['n_val']}) | {chosen} |"
+            )
+    return rows
 
 
 def table() -> str:
-    """The markdown table of every summary under ``RESULTS``: one row per compile."""
+    """``results/compile/README.md``: the protocol comparisons, then the older small-sample ones."""
     lines = [
-        "# Compiled versus uncompiled (generated by experiments/compile_vs_uncompiled.py --table)",
+        "# Compiled versus uncompiled",
         "",
-        "EX in %. Validation: a fixed slice of Spider *train* disjoint from the optimizer's train",
-        "slice. Dev: Spider dev stratified by hardness (seed 0) and the BIRD superhero slice. The",
-        "compiled figures are from the artefact saved and loaded back.",
+        "Generated by `python experiments/compile_vs_uncompiled.py --table`. Each compile saw Spider",
+        "train only (without the spider-train-val databases) and chose on spider-train-val; the",
+        "compiled figures are the artefact's, loaded back in a fresh process (`protocol.py",
+        "--artifact`). Δ is paired on the same questions (bootstrap 95% interval), p is McNemar's",
+        "exact test; compile s is the optimizer's time on this 2-core CPU.",
         "",
-        "| program | model | optimizer | budget (calls) | train / val | calls used | compile wall s "
-        "| val before → after | Spider dev before → after | BIRD before → after |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| program | optimizer | slice | n | uncompiled EX | compiled EX [95% CI] | Δ [95% CI] | p "
+        "| calls used | compile s | validation EX | chosen |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *protocol_rows(),
+        "",
+        "Earlier compiles (before the protocol, n = 20–30 dev questions: small samples) are kept",
+        "beside this file as `*__knn__*`, `*__bootstrap__*` JSON/JSONL for the record.",
     ]
-    for path in sorted(RESULTS.glob("*.json")):
-        if path.name.endswith(".artefact.json") or path.name.endswith(".ckpt.json"):
-            continue
-        r = json.loads(path.read_text())
-        before, after = r["uncompiled"], r["compiled"]
-
-        def pair(name: str, before: dict = before, after: dict = after) -> str:
-            if name not in before:
-                return "—"
-            n = before[name].get("n")
-            return f"{_pct(before[name]['ex'])} → {_pct(after[name]['ex'])} (n={n})"
-
-        c = r["compile"]
-        lines.append(
-            f"| {r['program']} | {r['model'].split(':')[-1]} | {r['optimizer']} "
-            f"(max {r['max_demos']} demos) | {r['budget'] if r['budget'] is not None else '—'} "
-            f"| {r['n_train']} / {r['n_val']} | {c['optimizer_lm_calls']} | {c['wall_seconds']} "
-            f"| {pair('val')} | {pair('spider')} | {pair('bird')} |"
-        )
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--table", action="store_true", help="only write the README table")
+    parser.add_argument("--table", action="store_true", help="only write results/compile/README.md")
     parser.add_argument("--program")
-    parser.add_argument("--set", action="append", default=[], help="switch=value (repeatable)")
-    parser.add_argument("--optimizer", default="bootstrap")
-    parser.add_argument("--budget", type=int, default=None, help="optimizer LM-call cap")
-    parser.add_argument("--max-demos", type=int, default=4)
-    parser.add_argument("--n-train", type=int, default=48)
-    parser.add_argument("--n-val", type=int, default=20)
-    parser.add_argument("--spider-n", type=int, default=30)
-    parser.add_argument("--bird-n", type=int, default=0)
-    parser.add_argument("--model", default="local:qwen2.5-coder-1.5b")
-    parser.add_argument("--tag", default="", help="suffix for the output names")
+    parser.add_argument("--optimizer", default="search")
+    parser.add_argument("--budget", type=int, default=None, help="the compile's LM-call cap")
+    parser.add_argument("--n-train", type=int, default=24, help="train examples (0 = all)")
+    parser.add_argument("--n-val", type=int, default=40, help="spider-train-val questions")
+    parser.add_argument("--search-val", type=int, default=0, help="search: questions per trial")
+    parser.add_argument("--trials", type=int, default=8, help="search: configurations")
+    parser.add_argument("--space", action="append", default=[], help="search: switch=a,b,c")
+    parser.add_argument("--max-demos", type=int, default=2)
+    parser.add_argument("--proposer-model", default=None)
+    parser.add_argument("--slices", nargs="+", default=["spider-dev-200"])
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--n-threads", type=int, default=None)
+    parser.add_argument("--recompile", action="store_true", help="compile even if saved")
+    parser.add_argument("--skip-uncompiled", action="store_true", help="no uncompiled runs")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
     if args.table:
         text = table()
         (RESULTS / "README.md").write_text(text)
@@ -129,72 +242,33 @@ def main() -> None:
         return
     if not args.program:
         parser.error("--program is required (or --table)")
-
-    from run_programs import model_tag  # the same file-name tags as the program tables
-
-    import sqlweave.lm
-    from sqlweave import api, programs
-    from sqlweave.cli import parse_switches
-
-    sqlweave.lm.configure(args.model)
-    switches = parse_switches(args.set)
-    stem = f"{args.program}__{args.optimizer}__{model_tag(args.model)}{args.tag}"
     RESULTS.mkdir(parents=True, exist_ok=True)
-    trainset, valset, dev = _slices(args)
-
-    uncompiled = programs.get(args.program, **switches)
-    before = {"val": _score(uncompiled, valset, RESULTS / f"{stem}__uncompiled__val.jsonl")}
-    for name, examples in dev.items():
-        before[name] = _score(uncompiled, examples, RESULTS / f"{stem}__uncompiled__{name}.jsonl")
-        print(f"uncompiled {name}: EX {100 * before[name]['ex']:.1f}", flush=True)
-    print(f"uncompiled val: EX {100 * before['val']['ex']:.1f}", flush=True)
-
-    artefact = RESULTS / f"{stem}.artefact.json"
-    started = time.perf_counter()
-    compiled = api.compile(
-        args.program,
-        trainset,
-        valset,
-        optimizer=args.optimizer,
-        budget=args.budget,
-        max_demos=args.max_demos,
-        checkpoint=RESULTS / f"{stem}.ckpt.json",
-        progress=True,
-        **switches,
-    )
-    compile_wall = time.perf_counter() - started
-    compiled.save(artefact)
-    loaded = api.load(artefact)
-    after = {"val": {"ex": loaded.meta.val_ex, "n": len(valset)}}
-    for name, examples in dev.items():
-        after[name] = _score(loaded.program, examples, RESULTS / f"{stem}__compiled__{name}.jsonl")
-        print(f"compiled {name}: EX {100 * after[name]['ex']:.1f}", flush=True)
-    print(f"compiled val: EX {100 * (loaded.meta.val_ex or 0):.1f}", flush=True)
-
-    meta = loaded.meta
-    summary = {
-        "program": args.program,
-        "switches": switches,
-        "optimizer": args.optimizer,
-        "budget": args.budget,
-        "max_demos": args.max_demos,
-        "model": args.model,
-        "n_train": len(trainset),
-        "n_val": len(valset),
-        "dev_slices": {k: len(v) for k, v in dev.items()},
-        "compile": {
-            "wall_seconds": round(compile_wall, 1),
-            "optimizer_lm_calls": meta.lm_calls,
-            "optimizer_seconds": meta.compile_seconds,
-            "budget_exhausted": meta.extra.get("budget_exhausted"),
-            "val_lm_calls": meta.extra.get("val_lm_calls"),
-        },
-        "uncompiled": before,
-        "compiled": after,
-        "artefact": artefact.name,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-    (RESULTS / f"{stem}.json").write_text(json.dumps(summary, indent=2) + "\n")
+    env = dict(os.environ)
+    if args.n_threads:
+        env["SQLWEAVE_N_THREADS"] = str(args.n_threads)
+    artefact = RESULTS / f"{args.program}__{args.optimizer}__{model_tag(args.model)}.artefact.json"
+    compile_wall = None
+    if args.recompile or not artefact.exists():
+        started = time.perf_counter()
+        _run(compile_command(args, artefact), env)
+        compile_wall = round(time.perf_counter() - started, 1)
+    for slice_name in args.slices:
+        before = (
+            PROTOCOL_RESULTS / f"{protocol_stem(args.program, '', slice_name, args.model)}.json"
+        )
+        if not args.skip_uncompiled and not before.exists():
+            _run(protocol_command(args, slice_name, None), env)
+        _run(protocol_command(args, slice_name, artefact), env)
+    summary = summarize(args, artefact, compile_wall)
+    out = RESULTS / f"{args.program}__{args.optimizer}__{model_tag(args.model)}.json"
+    out.write_text(json.dumps(summary, indent=1) + "\n")
+    for slice_name, s in summary["slices"].items():
+        cmp = s.get("vs_uncompiled") or {}
+        print(
+            f"{args.program} {args.optimizer} {slice_name}: uncompiled "
+            f"{_pct(s['uncompiled']['ex'])} -> compiled {_pct(s['compiled']['ex'])}"
+            + (f" ({100 * cmp['delta']:+.1f}, p={cmp['p']:.3g})" if cmp else "")
+        )
 
 
 if __name__ == "__main__":
