@@ -112,6 +112,8 @@ DEFAULT_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
         "self_correction": (True, False),
     },
     "dubo_v1": {
+        "samples": (1, 8),
+        "selector": ("first", "vote"),
         "sample_rows": (0, 3, 5),
         "retry_on_error": (True, False),
         "descriptions": (False, True),
@@ -189,17 +191,39 @@ def check_space(
                 distinct.append(value)
         if not distinct:
             raise ValueError(f"search space: {key} has no choices")
-        for value in distinct:
-            try:
-                build(**{**base, key: value})
-            except (TypeError, ValueError) as err:
-                raise ValueError(
-                    f"search space: {name} cannot take {key}={value!r}: {err}"
-                ) from err
         checked[key] = distinct
     if not checked:
         raise ValueError(f"search space of {name} is empty: nothing to search")
+    for key, distinct in checked.items():
+        for value in distinct:
+            _check_choice(build, base, checked, key, value, name)
     return checked
+
+
+def _check_choice(
+    build: Callable[..., SQLProgram],
+    base: dict[str, Any],
+    space: dict[str, list[Any]],
+    key: str,
+    value: Any,
+    name: str,
+) -> None:
+    """``ValueError`` unless ``key=value`` builds the program with the other switches as they
+    are, or with some choice of the others (switches may depend on each other: ``samples=8``
+    may need ``selector='vote'``, and the search then skips the combinations that do not build)."""
+    try:
+        build(**{**base, key: value})
+        return
+    except (TypeError, ValueError) as err:
+        first = err
+    others = [k for k in space if k != key]
+    for values in itertools.product(*(space[k] for k in others)):
+        try:
+            build(**{**base, **dict(zip(others, values, strict=True)), key: value})
+            return
+        except (TypeError, ValueError):
+            continue
+    raise ValueError(f"search space: {name} cannot take {key}={value!r}: {first}") from first
 
 
 def _config_id(params: Mapping[str, Any]) -> str:
@@ -383,10 +407,11 @@ class SwitchSearch(SQLTeleprompter):
         cap = self.budget if self.budget is not None else CallBudget()
         history: list[dict[str, Any]] = []
         done: dict[str, dict[str, Any]] = {}
+        invalid: dict[str, str] = {}  # configurations the program refused to build: why
         self.budget_stopped = False
         try:
             study = optuna.create_study(direction="maximize")
-            number = self._replay(study, distributions, history, done)
+            number = self._replay(study, distributions, history, done, invalid)
             limit = self.n_trials * 5 + 10  # proposals, repeats included: TPE may circle
             bar = tqdm(
                 total=min(self.n_trials, size),
@@ -395,9 +420,13 @@ class SwitchSearch(SQLTeleprompter):
                 disable=not self.progress,
             )
             with enforce(cap) if own_cap else nullcontext():
-                while len(done) < min(self.n_trials, size) and number < limit:
+                while len(done) < min(self.n_trials, size - len(invalid)) and number < limit:
                     if kind == "grid":
-                        params = next(p for p in grid if _config_id(p) not in done)
+                        params = next(
+                            p
+                            for p in grid
+                            if _config_id(p) not in done and _config_id(p) not in invalid
+                        )
                         study.enqueue_trial(params)
                     else:
                         if number == 0 and baseline is not None:
@@ -407,14 +436,29 @@ class SwitchSearch(SQLTeleprompter):
                     params = {k: trial.params[k] for k in space}
                     cid = _config_id(params)
                     record: dict[str, Any] = {"number": number, "switches": params}
+                    program = None
                     if cid in done:
                         first = done[cid]
                         record.update(
                             score=first["score"], calls=0, seconds=0.0, status="repeat",
                             repeat_of=first["number"],
                         )  # fmt: skip
-                    else:
-                        program = build(**{**base, **params})
+                    elif cid not in invalid:
+                        try:  # switches may depend on each other (samples > 1 needs a vote)
+                            program = build(**{**base, **params})
+                        except (TypeError, ValueError) as err:
+                            invalid[cid] = str(err)
+                    if cid in invalid:
+                        # A combination the program refuses: no LM call, not a trial.
+                        record.update(score=None, calls=0, seconds=0.0, status="invalid",
+                                      reason=invalid[cid])  # fmt: skip
+                        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                        if self.checkpoint is not None:
+                            self.checkpoint.put(f"search:trial:{number}", record)
+                        history.append(record)
+                        number += 1
+                        continue
+                    if program is not None:
                         try:
                             result = self._evaluate(program, val, cid, cap)
                         except BudgetExhausted:
@@ -476,6 +520,7 @@ class SwitchSearch(SQLTeleprompter):
         distributions: dict[str, Any],
         history: list[dict[str, Any]],
         done: dict[str, dict[str, Any]],
+        invalid: dict[str, str],
     ) -> int:
         """Add the trials a checkpoint holds to ``study``; the number of the next trial."""
         import optuna
@@ -485,11 +530,23 @@ class SwitchSearch(SQLTeleprompter):
             record = self.checkpoint.get(f"search:trial:{number}")
             if record is None:
                 break
-            study.add_trial(
-                optuna.trial.create_trial(
-                    params=record["switches"], distributions=distributions, value=record["score"]
+            if record["status"] == "invalid":
+                invalid[_config_id(record["switches"])] = record.get("reason", "")
+                study.add_trial(
+                    optuna.trial.create_trial(
+                        params=record["switches"],
+                        distributions=distributions,
+                        state=optuna.trial.TrialState.FAIL,
+                    )
                 )
-            )
+            else:
+                study.add_trial(
+                    optuna.trial.create_trial(
+                        params=record["switches"],
+                        distributions=distributions,
+                        value=record["score"],
+                    )
+                )
             history.append(record)
             if record["status"] == "done":
                 done[_config_id(record["switches"])] = record

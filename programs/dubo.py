@@ -35,6 +35,7 @@ from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram, resolve_database
 from sqlweave.programs.demos import DemoSource
 from sqlweave.programs.linking import LinkedSchema
+from sqlweave.programs.voting import Sampler
 from sqlweave.schema import Schema, introspect, render_columns, render_ddl_with_rows
 from sqlweave.signatures import GenerateSQL
 
@@ -74,11 +75,25 @@ class _Dubo(SQLProgram):
         selector: str | dspy.Module,
         corrector: str | dspy.Module,
         correction: dict[str, Any] | None,
+        samples: int = 1,
+        temperature: float = 0.7,
     ) -> None:
-        """The linker, the generator, the corrector (``correction``: the execution corrector's
-        options, None when the version's correction switch is off) and the selector."""
+        """The linker, the generator, the sampler of extra candidates (``samples - 1`` at
+        ``temperature``), the corrector (``correction``: the execution corrector's options, None
+        when the version's correction switch is off) and the selector."""
+        if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+            raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+        if samples > 1 and stage_registry.name_of("selector", selector) == "first":
+            raise ValueError(
+                "samples > 1 needs a selector that chooses among the candidates "
+                "(selector='vote' or 'lm'); 'first' would keep the corrected greedy query only"
+            )
+        self.samples = samples
         self.linker = stage_registry.build("linker", linker)
         self.generate = Generator(GenerateSQL)
+        self.sampler = Sampler(
+            self.generate, n=max(1, samples - 1), temperature=float(temperature), greedy_first=False
+        )
         if correction is not None:
             self.corrector = stage_registry.build(
                 "corrector", corrector, settings={"execution": correction}
@@ -102,6 +117,14 @@ class _Dubo(SQLProgram):
         fixed = corrector(sql=draft, db_schema=schema_text, **ask)
         stages.append(self.correction_stage)
         return fixed.sql, fixed.rounds, list(fixed.history)
+
+    def _extra(self, stages: list[str], db: Database, **inputs: Any) -> list[str]:
+        """``samples - 1`` sampled queries for the selector besides the greedy draft (none with
+        the default ``samples=1``); they are not corrected: the vote skips those that fail."""
+        if self.samples < 2:
+            return []
+        stages.append("samples")
+        return self.sampler(db=db, **inputs)
 
     def _select(
         self, written: list[str], schema_text: str, stages: list[str], **ask: Any
@@ -133,6 +156,10 @@ class DuboV1(_Dubo):
       error (the ``execution`` corrector with ``max_rounds=1``). The paper continues the chat
       (prompt, answer, error); here the same content - schema, question, evidence, failed SQL,
       error - goes into one correction prompt;
+    * ``samples`` (1) and ``temperature`` (0.7): not in the paper; with ``samples > 1``,
+      ``samples - 1`` more queries are sampled at ``temperature`` and the ``selector`` (which must
+      then choose: ``vote`` or ``lm``) picks among them, the greedy draft and its correction:
+      PET-SQL's and weave's execution vote on v1's prompt, for the switch search to weigh;
     * ``linker``, ``selector``, ``corrector``: the stage roles (module docstring).
 
     Primary keys and constraints are left out, foreign keys kept, as in the paper. The paper's
@@ -155,6 +182,8 @@ class DuboV1(_Dubo):
         retry_on_error: bool = True,
         max_schema_tokens: int = 3000,
         descriptions: bool = False,
+        samples: int = 1,
+        temperature: float = 0.7,
         linker: str | dspy.Module = "none",
         selector: str | dspy.Module = "first",
         corrector: str | dspy.Module = "execution",
@@ -168,6 +197,8 @@ class DuboV1(_Dubo):
             retry_on_error=retry_on_error,
             max_schema_tokens=max_schema_tokens,
             descriptions=descriptions,
+            samples=samples,
+            temperature=temperature,
             **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
         )
         self.sample_rows = sample_rows
@@ -175,7 +206,7 @@ class DuboV1(_Dubo):
         self.max_schema_tokens = max_schema_tokens
         self.descriptions = descriptions
         retry = {"max_rounds": 1, "multi_turn": True} if retry_on_error else None
-        self._build_stages(linker, selector, corrector, retry)
+        self._build_stages(linker, selector, corrector, retry, samples, temperature)
 
     def _schema(self, db: Database) -> Schema:
         return introspect(db, sample_rows=max(5, self.sample_rows))
@@ -230,12 +261,17 @@ class DuboV1(_Dubo):
         if linked:
             schema_text, rows = self.schema_text(db, linked)
 
-        draft = self.generate(
-            dialect=db.dialect, db_schema=schema_text, question=question, evidence=evidence
-        )
+        inputs = {
+            "dialect": db.dialect,
+            "db_schema": schema_text,
+            "question": question,
+            "evidence": evidence,
+        }
+        draft = self.generate(**inputs)
         stages.append("generate")
+        extra = self._extra(stages, db, **inputs)
         sql, rounds, history = self._correct(draft.sql, schema_text, stages, **ask)
-        sql, candidates = self._select([sql, draft.sql], schema_text, stages, **ask)
+        sql, candidates = self._select([sql, draft.sql, *extra], schema_text, stages, **ask)
 
         return stage_registry.result(
             sql,

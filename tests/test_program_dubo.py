@@ -197,6 +197,34 @@ def test_v1_no_call_for_retry_when_sql_runs(db: Database) -> None:
     assert pred.sql == GOOD and len(lm.history) == 1
 
 
+def test_v1_samples_are_voted_with_the_draft_and_its_correction(db: Database) -> None:
+    # greedy draft fails; two samples at temperature; the retry cannot fix the draft
+    lm = DummyLM([{"sql": BAD}, {"sql": GOOD}, {"sql": GOOD}, {"corrected_sql": WORSE}])
+    sampled: list[tuple] = []
+    original_copy = lm.copy
+
+    def spy_copy(**kwargs):  # the samples run on copies of the LM (their own history)
+        sampled.append((kwargs.get("rollout_id"), kwargs.get("temperature")))
+        return original_copy(**kwargs)
+
+    lm.copy = spy_copy  # type: ignore[method-assign]
+    with dspy.context(lm=lm):
+        pred = DuboV1(samples=3, selector="vote")(question=QUESTION, db=db)
+    assert len(lm.history) == 2  # the greedy draft and its retry
+    assert sampled == [(0, 0.7), (1, 0.7)]  # two distinct rollouts at the temperature
+    assert pred.stages == ["generate", "samples", "retry", "selection"]
+    assert pred.draft_sql == BAD and pred.candidates == [BAD, GOOD]
+    assert pred.sql == GOOD  # the only candidate that runs wins the execution vote
+
+
+def test_v1_samples_need_a_selector_that_chooses() -> None:
+    with pytest.raises(ValueError, match="needs a selector"):
+        DuboV1(samples=3)
+    with pytest.raises(ValueError, match="samples must be an integer"):
+        DuboV1(samples=0, selector="vote")
+    assert DuboV1(samples=1).switches["samples"] == 1  # the paper's one call is the default
+
+
 # --- v2: prompt and retrieval ------------------------------------------------------------------------
 
 

@@ -167,6 +167,35 @@ def test_spaces_are_checked_before_any_call(singers: list[dspy.Example]) -> None
             SwitchSearch(**kwargs)
 
 
+def test_combinations_the_program_refuses_are_skipped_without_calls(
+    singers: list[dspy.Example], tmp_path: Path
+) -> None:
+    """dubo_v1 refuses samples > 1 with the ``first`` selector: the search records that
+    combination as invalid (no LM call, no trial slot) and runs the other three; a resumed
+    search replays the invalid record instead of building it again."""
+    space = {"samples": [1, 3], "selector": ["first", "vote"]}
+    lm = SwitchLM(marker="")  # always the right query
+    with dspy.context(lm=lm):
+        out = run_optimizer(
+            programs.get("dubo_v1"), singers, singers[:2], optimizer="search", space=space,
+            n_trials=8,
+        )  # fmt: skip
+    trials = out.report.details["search"]["trials"]
+    invalid = [t for t in trials if t["status"] == "invalid"]
+    assert [t["switches"] for t in invalid] == [{"samples": 3, "selector": "first"}]
+    assert invalid[0]["calls"] == 0 and "needs a selector" in invalid[0]["reason"]
+    done = [t for t in trials if t["status"] == "done"]
+    assert len(done) == 3 and all(t["score"] == 1.0 for t in done)
+    # 2 questions x (1 + 1 + 3 calls): samples=3 is the only configuration with more than one
+    assert sum(t["calls"] for t in done) == 10
+    with pytest.raises(ValueError, match="cannot take samples=0"):
+        check_space(
+            programs.get("dubo_v1"),
+            {"samples": [0], "selector": ["vote"]},
+            lambda **s: programs.get("dubo_v1", **s),
+        )
+
+
 @pytest.mark.parametrize("name", sorted(DEFAULT_SPACES))
 def test_every_default_space_builds_and_holds_the_defaults(
     name: str, caplog: pytest.LogCaptureFixture
