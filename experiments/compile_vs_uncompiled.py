@@ -96,8 +96,10 @@ def protocol_command(args: argparse.Namespace, slice_name: str, artefact: Path |
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> None:
+    """Run one step; from this folder, so ``python -m sqlweave`` imports the installed package
+    (on ``PYTHONPATH`` or the venv), never a ``sqlweave/`` folder in the caller's directory."""
     print("$", " ".join(cmd[1:]), flush=True)
-    subprocess.run(cmd, check=True, env=env)
+    subprocess.run(cmd, check=True, env=env, cwd=HERE)
 
 
 def _interval(summary: dict[str, Any]) -> dict[str, Any]:
