@@ -44,7 +44,7 @@ def test_artifact_records_provenance(saved: Path, train: list[dspy.Example]) -> 
     meta = payload["meta"]
     assert meta["program"] == "direct"
     assert meta["switches"] == programs.get("direct").switches  # every switch, defaults included
-    assert meta["switches"]["schema_layout"] == "native" and meta["switches"]["linker"] == "none"
+    assert meta["switches"]["schema_layout"] == "compact" and meta["switches"]["linker"] == "none"
     assert meta["optimizer"] == "bootstrap" and meta["budget"] == 10
     assert meta["lm"] == "dummy"
     assert meta["val_ex"] == 1.0 and meta["n_train"] == 4 and meta["n_val"] == 2

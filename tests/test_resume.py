@@ -348,7 +348,7 @@ def test_killed_switch_search_loses_at_most_one_trial(tmp_path: Path) -> None:
     search = meta["extra"]["details"]["search"]
     trials = search["trials"]
     assert [t["status"] for t in trials] == ["done"] * 6 and search["n_val"] == 2
-    assert trials[0]["switches"] == {"schema_layout": "native", "corrector": "none"}
+    assert trials[0]["switches"] == {"schema_layout": "compact", "corrector": "none"}
     uninterrupted = sum(t["calls"] for t in trials)
     made = _calls(log) - meta["extra"]["val_lm_calls"]
     assert uninterrupted <= made <= uninterrupted + len(kills) * max(t["calls"] for t in trials)

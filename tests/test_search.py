@@ -3,8 +3,8 @@ after a crash losing at most the question in flight, stops at the budget, compos
 bootstrap, and its artefact loads in a fresh process without training data.
 
 The LM is a DummyLM whose answer depends on a switch: it writes the right query only when the
-prompt shows the schema in ``direct``'s ``compact`` layout, so a search that kept the default
-(``native``) layout scores 0 and fails these tests. Data: the Spider demo bundle in the package
+prompt shows the schema in ``direct``'s ``compact`` layout, so a search that kept the student's
+``native`` layout (set explicitly: compact is ``direct``'s default) scores 0 and fails these tests. Data: the Spider demo bundle in the package
 (concert_singer's "how many singers" questions, gold ``SELECT count(*) FROM singer``).
 """
 
@@ -44,6 +44,12 @@ WRONG = "SELECT 1"
 #: In concert_singer's schema as the compact layout renders it, in neither native nor pretty.
 COMPACT = '"Singer_ID" INTEGER, "Name" TEXT'
 LAYOUTS = {"schema_layout": ["native", "compact", "pretty"]}
+
+
+def native_direct() -> Any:
+    """``direct`` with the native layout (its default is compact): the student these tests
+    start from, so the right layout (compact) is one the search must find."""
+    return programs.get("direct", schema_layout="native")
 
 
 class Crash(BaseException):
@@ -93,7 +99,7 @@ def test_the_marker_tells_the_layouts_apart(singers: list[dspy.Example]) -> None
 def test_search_picks_the_better_configuration(
     singers: list[dspy.Example], train: list[dspy.Example]
 ) -> None:
-    student = programs.get("direct")
+    student = native_direct()
     lm = SwitchLM()
     with dspy.context(lm=lm):
         out = run_optimizer(student, train, singers, optimizer="search", space=LAYOUTS)
@@ -119,7 +125,7 @@ def test_tpe_counts_distinct_configurations_and_is_seeded(singers: list[dspy.Exa
     for _ in range(2):
         with dspy.context(lm=SwitchLM()):
             out = run_optimizer(
-                programs.get("direct"), singers, singers[:2], optimizer="search", space=space,
+                native_direct(), singers, singers[:2], optimizer="search", space=space,
                 n_trials=4, seed=3,
             )  # fmt: skip
         runs.append(out.report.details["search"])
@@ -135,7 +141,7 @@ def test_val_size_scores_trials_on_the_first_examples(singers: list[dspy.Example
     lm = SwitchLM()
     with dspy.context(lm=lm):
         out = run_optimizer(
-            programs.get("direct"), singers, singers, optimizer="search", space=LAYOUTS,
+            native_direct(), singers, singers, optimizer="search", space=LAYOUTS,
             val_size=2,
         )  # fmt: skip
     assert out.report.details["search"]["n_val"] == 2 and len(lm.history) == 6
@@ -154,7 +160,7 @@ def test_spaces_are_checked_before_any_call(singers: list[dspy.Example]) -> None
     with dspy.context(lm=lm):
         for space, message in cases:
             with pytest.raises(ValueError, match=message):
-                SwitchSearch(space=space).compile(programs.get("direct"), trainset=singers)
+                SwitchSearch(space=space).compile(native_direct(), trainset=singers)
         with pytest.raises(ValueError, match="'naive' has no default search space"):
             SwitchSearch().compile(programs.get("naive"), trainset=singers)
     assert not lm.history
@@ -219,17 +225,17 @@ def test_resume_after_a_crash_loses_at_most_one_trial(
     args: dict[str, Any] = dict(optimizer="search", space=space, n_trials=4, sampler=sampler)
     full_lm = SwitchLM()
     with dspy.context(lm=full_lm):
-        full = run_optimizer(programs.get("direct"), singers, singers, **args)
+        full = run_optimizer(native_direct(), singers, singers, **args)
     trials = full.report.details["search"]["trials"]
     ckpt = tmp_path / "search.ckpt.json"
     crash_at = trials[0]["calls"] + trials[1]["calls"] // 2 + 1  # mid second trial
     first_lm = SwitchLM(crash_at=crash_at)
     with pytest.raises(Crash), dspy.context(lm=first_lm):
-        run_optimizer(programs.get("direct"), singers, singers, checkpoint=ckpt, **args)
+        run_optimizer(native_direct(), singers, singers, checkpoint=ckpt, **args)
     assert json.loads(ckpt.read_text())["lm_calls"] == crash_at  # saved before it went out
     second_lm = SwitchLM()
     with dspy.context(lm=second_lm):
-        second = run_optimizer(programs.get("direct"), singers, singers, checkpoint=ckpt, **args)
+        second = run_optimizer(native_direct(), singers, singers, checkpoint=ckpt, **args)
     resumed = second.report.details["search"]
     assert [(t["switches"], t["score"], t["calls"]) for t in resumed["trials"]] == [
         (t["switches"], t["score"], t["calls"]) for t in trials
@@ -253,7 +259,7 @@ def test_budget_stops_the_search(
     args: dict[str, Any] = dict(optimizer="search", space=LAYOUTS, budget=6, checkpoint=ckpt)
     lm = SwitchLM()
     with dspy.context(lm=lm):
-        out = run_optimizer(programs.get("direct"), train, singers, **args)
+        out = run_optimizer(native_direct(), train, singers, **args)
     assert out.report.budget_exhausted and out.report.lm_calls == 6 == len(lm.history)
     search = out.report.details["search"]
     assert [t["status"] for t in search["trials"]] == ["done", "stopped"]
@@ -261,12 +267,12 @@ def test_budget_stops_the_search(
     # A rerun on the spent budget makes no call and rebuilds the same choice.
     again = SwitchLM()
     with dspy.context(lm=again):
-        rerun = run_optimizer(programs.get("direct"), train, singers, **args)
+        rerun = run_optimizer(native_direct(), train, singers, **args)
     assert not again.history and rerun.program.switches == out.program.switches
     # A larger budget on the same checkpoint goes on from the stopped trial's finished questions.
     more = SwitchLM()
     with dspy.context(lm=more):
-        done = run_optimizer(programs.get("direct"), train, singers, **{**args, "budget": 12})
+        done = run_optimizer(native_direct(), train, singers, **{**args, "budget": 12})
     assert len(more.history) == 6 and done.program.switches["schema_layout"] == "compact"
     assert done.report.lm_calls == 12 and not done.report.budget_exhausted
 
@@ -276,7 +282,7 @@ def test_search_then_bootstrap_composes(singers: list[dspy.Example]) -> None:
     lm = SwitchLM()
     with dspy.context(lm=lm):
         out = run_optimizer(
-            programs.get("direct"), singers[:2], singers[2:], optimizer="search+bootstrap",
+            native_direct(), singers[:2], singers[2:], optimizer="search+bootstrap",
             space=LAYOUTS, max_demos=2,
         )  # fmt: skip
     assert out.program.switches["schema_layout"] == "compact"
@@ -320,7 +326,7 @@ def artefact(
     with dspy.context(lm=SwitchLM()):
         compiled = sqlweave.compile(
             "direct", train, singers, optimizer="search", options={"space": LAYOUTS},
-            progress=False,
+            progress=False, schema_layout="native",
         )  # fmt: skip
     return compiled.save(tmp_path_factory.mktemp("search") / "direct.json")
 
@@ -384,6 +390,7 @@ def test_cli_search_and_inspect_print_the_history(
     args += ["--train", str(_questions(tmp_path / "train.json", singers[:2])), "--n-train", "0"]
     args += ["--val", str(_questions(tmp_path / "val.json", singers[2:]))]
     args += ["--space", "schema_layout=native,compact", "--space", "samples=1,2"]
+    args += ["--set", "schema_layout=native"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "compiled direct with search+bootstrap" in result.output
@@ -438,6 +445,7 @@ def test_cli_validates_on_a_named_slice_of_unseen_databases(
     args = ["compile", "--optimizer", "search", "--no-progress", "--out", str(out)]
     args += ["--data-root", str(spider_root), "--n-train", "40"]
     args += ["--val", "spider-train-val", "--n-val", "3", "--space", "schema_layout=native,compact"]
+    args += ["--set", "schema_layout=native"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     meta = read_artifact(out)["meta"]
