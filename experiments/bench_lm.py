@@ -287,6 +287,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "decode_tok_per_s": completion / decode_s if decode_s else None,
         "tokens_per_decode_step": completion / steps if steps else None,
         "draft_tokens": sum(c.get("draft_tokens", 0) for c in calls),
+        # Answers taken from a batch of samples decoded together (lm.batched_samples).
+        "batched_answers_per_question": sum("batch_index" in c for c in calls) / n if n else 0.0,
     }
 
 

@@ -66,6 +66,7 @@ import dspy
 
 from sqlweave.caches import CACHE, db_key
 from sqlweave.db import Database
+from sqlweave.lm import batched_samples
 from sqlweave.metrics import spider_hardness
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
@@ -338,16 +339,20 @@ class PETSQL(SQLProgram):
         candidates: list[str] = []
         sources: list[str] = []
         generated = False
-        for label, lm in labelled:
-            if voters is not None and not _matches(label, voters):
-                continue
-            if label == "finsql[0]" and reuse:
-                sql = presql
-            else:
-                sql = self._generate(self.finsql, lm, db_schema=fin_text, **inputs)
-                generated = True
-            candidates.append(sql)
-            sources.append(label)
+        labelled = [
+            (label, lm) for label, lm in labelled if voters is None or _matches(label, voters)
+        ]
+        samples = sum(label.startswith("sample[") for label, _ in labelled)
+        # The samples share FinSQL's prompt: a local model decodes them together.
+        with batched_samples(samples, temperature=self.temperature):
+            for label, lm in labelled:
+                if label == "finsql[0]" and reuse:
+                    sql = presql
+                else:
+                    sql = self._generate(self.finsql, lm, db_schema=fin_text, **inputs)
+                    generated = True
+                candidates.append(sql)
+                sources.append(label)
         presql_votes = voters is None or _matches("presql", voters)
         presql_in = reuse and "finsql[0]" in sources
         if self.consistency == "cross" and presql_votes and not presql_in:

@@ -29,6 +29,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from sqlweave.db import Database, ExecutionError, QueryResult
+from sqlweave.lm import batched_samples
 from sqlweave.metrics import has_top_level_order_by, results_match
 from sqlweave.programs.base import SQLProgram, resolve_database
 from sqlweave.programs.feedback import FEEDBACK_TIMEOUT_S, execute_quietly, is_empty
@@ -197,14 +198,21 @@ class Sampler(dspy.Module):
             raw = err.lm_response or ""
         return extract_sql(raw)
 
+    def _rollout(self, i: int, db: Database, inputs: dict[str, Any]) -> str:
+        with dspy.context(lm=sample_lm(i, self.temperature, greedy_first=self.greedy_first)):
+            return self._call(db, inputs)
+
     def forward(self, db: Database | str | Path, **inputs: Any) -> list[str]:
-        """The candidates in rollout order (the greedy one first)."""
+        """The candidates in rollout order (the greedy one first).
+
+        The sampled rollouts share one prompt, so they run inside
+        :func:`~sqlweave.lm.batched_samples`: a local model decodes them together.
+        """
         database = resolve_database(db)
-        candidates = []
-        for i in range(self.n):
-            lm = sample_lm(i, self.temperature, greedy_first=self.greedy_first)
-            with dspy.context(lm=lm):
-                candidates.append(self._call(database, inputs))
+        first = 1 if self.greedy_first else 0
+        candidates = [self._rollout(i, database, inputs) for i in range(first)]
+        with batched_samples(self.n - first, temperature=self.temperature):
+            candidates += [self._rollout(i, database, inputs) for i in range(first, self.n)]
         return candidates
 
 

@@ -21,11 +21,16 @@ Two decoding aids live in the loaded model (:class:`PromptStates` and prompt-loo
 evaluate it once even when other calls come between them; and with ``prompt_lookup=K`` each
 decode step proposes K tokens copied from the prompt (table, column and value names) and keeps
 those the model itself would have chosen, so greedy output is unchanged.
+
+Inside :func:`batched_samples` (self-consistency's sampled rollouts), the first sampled call of
+a prompt decodes k continuations of it together, one llama.cpp batch per step with one token per
+sequence; the calls after it that ask for the same prompt and settings are answered from those.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ctypes
 import logging
 import os
@@ -33,7 +38,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -205,6 +210,11 @@ class CallStats:
     snapshot; a fully cached prompt still replays its last token), ``eval_tokens`` the tokens
     fed to decode steps (each step's sampled token plus its draft), ``draft_tokens`` the
     drafted ones, ``restored_tokens`` the prompt tokens a snapshot brought back.
+
+    A completion decoded in a batch of samples (:func:`batched_samples`) counts its own share:
+    ``eval_tokens`` and ``decode_steps`` of its sequence, ``eval_ms`` each step's time divided
+    among the sequences in it; ``batch_size`` is the number of sequences decoded together (0
+    outside a batch), ``batch_tokens`` and ``batch_ms`` the whole batch's.
     """
 
     prompt_eval_tokens: int = 0
@@ -215,24 +225,173 @@ class CallStats:
     draft_tokens: int = 0
     restored_tokens: int = 0
     snapshot_ms: float = 0.0
+    batch_size: int = 0
+    batch_tokens: int = 0
+    batch_ms: float = 0.0
+
+
+DEFAULT_N_SEQ_MAX = 8
+"""Sequences a loaded model can decode together (batched samples, :func:`batched_samples`);
+1 = none. Every sequence shares one KV cache of ``n_ctx`` cells (llama.cpp's unified cache),
+so a batch needs no more memory than one sequence, only room for its continuations."""
+
+_GENERATE_DEFAULTS: dict[str, Any] = {
+    "top_k": 40,
+    "top_p": 0.95,
+    "min_p": 0.05,
+    "typical_p": 1.0,
+    "temp": 0.80,
+    "repeat_penalty": 1.0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "tfs_z": 1.0,
+    "mirostat_mode": 0,
+    "mirostat_tau": 5.0,
+    "mirostat_eta": 0.1,
+    "penalize_nl": True,
+}
+"""``Llama.generate``'s sampling arguments and their defaults (``_create_completion`` passes
+them all)."""
+
+
+@dataclass
+class _BatchPlan:
+    """A request to decode ``k`` samples of the next completion's prompt together.
+
+    :meth:`_DecodingLlama.create_completion` records the completion's ``stop`` and
+    ``max_tokens`` (``generate`` does not see them) and whether its other arguments allow a
+    batch; the first ``generate`` takes the plan (``started``) and leaves each extra sequence's
+    outcome in ``results``.
+    """
+
+    k: int
+    stop: Any = None
+    max_tokens: int | None = 16
+    captured: bool = False
+    started: bool = False
+    results: list[_SeqResult] = field(default_factory=list)
+
+
+@dataclass
+class _SeqResult:
+    """One sequence of a batch: its text as ``create_completion`` would have returned it, and
+    its share of the cost (see :class:`CallStats`)."""
+
+    index: int
+    tokens: list[int]
+    text: bytes
+    finish_reason: str
+    eval_tokens: int = 0
+    decode_steps: int = 0
+    eval_ms: float = 0.0
+
+
+class _Completion:
+    """A completion's text built token by token as ``Llama._create_completion`` builds it: an
+    end-of-generation token ends it (``stop``), a stop string cuts it (``stop``), ``max_tokens``
+    completion tokens end it (``length``); a token that leaves a UTF-8 character unfinished
+    defers the checks to the next one. ``push`` tells when the completion is over."""
+
+    def __init__(
+        self, llama: Any, prompt: list[int], stop: Sequence[bytes], max_tokens: int
+    ) -> None:
+        self.llama = llama
+        self.prompt = prompt
+        self.stop = list(stop)
+        self.max_tokens = max_tokens
+        self.tokens: list[int] = []
+        self.text = b""
+        self.finish_reason: str | None = None
+        self._multibyte_fix = 0
+
+    def end(self, reason: str) -> None:
+        """End the completion with all its tokens (a stopping criterion fired)."""
+        self.text = self.llama.detokenize(self.tokens, prev_tokens=self.prompt)
+        self.finish_reason = reason
+
+    def push(self, token: int) -> bool:
+        """Take one sampled token; True when the completion is over."""
+        if self.llama._is_eog(token):
+            self.end("stop")
+            return True
+        self.tokens.append(token)
+        text = self.llama.detokenize(self.tokens, prev_tokens=self.prompt)
+        for k, char in enumerate(text[-3:]):  # upstream's check, verbatim
+            k = 3 - k
+            for num, pattern in ((2, 192), (3, 224), (4, 240)):
+                if num > k and pattern & char == pattern:
+                    self._multibyte_fix = num - k
+        if self._multibyte_fix > 0:
+            self._multibyte_fix -= 1
+            return False
+        stops = [stop for stop in self.stop if stop in text]
+        if stops:
+            self.text = text[: text.index(stops[0])]
+            self.finish_reason = "stop"
+            return True
+        if len(self.tokens) >= self.max_tokens:
+            self.text = text
+            self.finish_reason = "length"
+            return True
+        return False
+
+
+@dataclass
+class _Sequence:
+    index: int
+    completion: _Completion
+    sampler: Any
+    pending: int = -1
+    fed: list[int] = field(default_factory=list)
+    sampled: list[int] = field(default_factory=list)
+    steps: int = 0
+    ms: float = 0.0
+    criteria: bool = False
+    dropped: bool = False
 
 
 class _DecodingLlama:
     """Mixed into ``llama_cpp.Llama`` by :func:`_llama_class`: prompt snapshots, prompt-lookup
-    verification without full-context logits, and per-call counters.
+    verification without full-context logits, batched samples, and per-call counters.
 
     It hooks ``Llama.generate`` (restore the best snapshot before the prefix match, mark the
     first ``eval`` as the prompt's) and ``Llama.eval`` (count, snapshot after the prompt,
     verify drafts). The rest is upstream's own decoding loop, so sampling, stops and greedy
-    output are those of ``llama_cpp``.
+    output are those of ``llama_cpp``. A completion started after :meth:`arm_batch` decodes
+    several samples of its prompt together instead (:meth:`_generate_batched`).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, n_seq_max: int = 1, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.prompt_states = PromptStates()
         self.call_stats = CallStats()
         self._keep_prompt = False
         self._in_prompt = False
+        self._batch_plan: _BatchPlan | None = None
+        self.n_seq_max = 1
+        if n_seq_max > 1:
+            self._allow_sequences(n_seq_max)
+
+    def _allow_sequences(self, n_seq_max: int) -> None:
+        """Rebuild the context for ``n_seq_max`` sequences sharing one KV cache.
+
+        ``Llama`` has no argument for it, and a non-unified cache would give each sequence
+        ``n_ctx / n_seq_max`` cells, shrinking every ordinary call's context. The context just
+        built holds nothing yet; it is freed before the new one is made.
+        """
+        params = getattr(self, "context_params", None)
+        if params is None:  # a stand-in without a llama.cpp context (tests)
+            self.n_seq_max = n_seq_max
+            return
+        from llama_cpp import _internals
+
+        params.n_seq_max = n_seq_max
+        params.kv_unified = True
+        self._ctx.close()
+        self._ctx = self._stack.enter_context(
+            closing(_internals.LlamaContext(model=self._model, params=params, verbose=self.verbose))
+        )
+        self.n_seq_max = n_seq_max
 
     def begin_call(self, *, lookup_tokens: int, keep_prompt: bool, prompt_cache_bytes: int) -> None:
         """Settings for the next completion (the model is shared; every call sets its own)."""
@@ -241,13 +400,271 @@ class _DecodingLlama:
         self.prompt_states.shrink()
         self._keep_prompt = keep_prompt and prompt_cache_bytes > 0
         self._in_prompt = False
+        self._batch_plan = None
         self.call_stats = CallStats()
+
+    def arm_batch(self, k: int) -> None:
+        """Decode ``k`` samples of the next completion's prompt together (at most
+        ``n_seq_max``); :meth:`take_batch` then returns the samples after the first. Call after
+        :meth:`begin_call`. Without room for a batch the completion runs as usual."""
+        k = min(k, self.n_seq_max)
+        self._batch_plan = _BatchPlan(k) if k > 1 else None
+
+    def take_batch(self) -> list[_SeqResult]:
+        """The extra samples of the completion just made (empty when it was not batched), and
+        the plan is dropped."""
+        plan, self._batch_plan = self._batch_plan, None
+        return list(plan.results) if plan is not None else []
+
+    def create_completion(self, prompt: Any, *args: Any, **kwargs: Any) -> Any:
+        plan = self._batch_plan
+        if plan is not None and not plan.started:
+            # generate() sees neither the stop strings nor max_tokens; keep them for the batch.
+            plan.stop = kwargs.get("stop", [])
+            plan.max_tokens = kwargs.get("max_tokens", 16)
+            plan.captured = not args and not (
+                kwargs.get("stream")
+                or kwargs.get("echo")
+                or kwargs.get("logprobs") is not None
+                or kwargs.get("suffix") is not None
+                or kwargs.get("logit_bias")
+            )
+        return super().create_completion(prompt, *args, **kwargs)
 
     def generate(self, tokens: Sequence[int], *args: Any, **kwargs: Any) -> Any:
         tokens = list(tokens)
+        plan = self._batch_plan
+        if plan is not None and plan.captured and not plan.started:
+            plan.started = True
+            if not args and self._can_batch(plan, tokens, kwargs):
+                return self._generate_batched(tokens, plan, kwargs)
         self._restore_prompt(tokens)
         self._in_prompt = True
         return super().generate(tokens, *args, **kwargs)
+
+    def _can_batch(self, plan: _BatchPlan, tokens: list[int], kwargs: dict[str, Any]) -> bool:
+        """Plain temperature sampling (no grammar, mirostat or logits processor) of a prompt
+        that leaves room for the first token of every sequence."""
+        return (
+            plan.k > 1
+            and plan.k <= min(self.n_seq_max, self.n_batch)
+            and kwargs.get("temp", _GENERATE_DEFAULTS["temp"]) > 0
+            and not kwargs.get("mirostat_mode")
+            and kwargs.get("grammar") is None
+            and kwargs.get("logits_processor") is None
+            and kwargs.get("reset", True)
+            and 0 < len(tokens)
+            and len(tokens) + plan.k <= self._n_ctx
+        )
+
+    def _generate_batched(
+        self, tokens: list[int], plan: _BatchPlan, kwargs: dict[str, Any]
+    ) -> Iterator[int]:
+        """``generate`` for ``plan.k`` samples at once: the prompt is evaluated once (as
+        upstream: a snapshot or the live KV cache's prefix, then the rest), copied to k - 1
+        more sequences of the shared KV cache, and each decode step feeds one token per
+        unfinished sequence in one batch. Each sequence has its own sampler (upstream's chain
+        with the same settings, seeded ``seed + j``) and stops where ``_create_completion``
+        would stop it. The first sequence's tokens are yielded (``_create_completion`` turns
+        them into the call's answer); the others are left in ``plan.results``.
+
+        Afterwards only the first sequence is left in the KV cache and ``input_ids`` /
+        ``n_tokens`` describe it, as after an ordinary call, so the next call reuses the
+        prompt. When the cache runs out of cells the last sequences are given up (their samples
+        are then made by ordinary calls); the first always fits, since ``max_tokens`` was cut
+        to the context. Should llama.cpp refuse a batch, the call decodes its one sample as usual.
+        """
+        stats = self.call_stats
+        criteria = kwargs.get("stopping_criteria")
+        sampling = {name: kwargs.get(name, default) for name, default in _GENERATE_DEFAULTS.items()}
+        n_prompt = len(tokens)
+        max_tokens = plan.max_tokens
+        if max_tokens is None or max_tokens <= 0:
+            max_tokens = self._n_ctx - n_prompt
+        if max_tokens + n_prompt >= self._n_ctx:
+            max_tokens = self._n_ctx - n_prompt
+        stop = plan.stop if isinstance(plan.stop, list) else [plan.stop] if plan.stop else []
+        stop_bytes = [text.encode("utf-8") for text in stop]
+
+        # The prompt, in sequence 0: a snapshot or the live cache's prefix, then the rest. At
+        # least its last token is evaluated, so its logits are this context's last output.
+        for seq in range(1, self.n_seq_max):
+            self._seq_rm(seq)
+        self._restore_prompt(tokens)
+        reuse = min(common_prefix(self.input_ids[: self.n_tokens], tokens), n_prompt - 1)
+        if reuse <= 0 or not self._seq_rm(0, reuse):
+            reuse = 0
+        self.n_tokens = reuse
+        self._in_prompt = True
+        self.eval(tokens[reuse:])
+        self._in_prompt = False
+
+        base_seed = int(self._seed)
+        seqs = [
+            _Sequence(
+                j,
+                _Completion(self, tokens, stop_bytes, max_tokens),
+                self._sequence_sampler(base_seed if j == 0 else (base_seed + j) % 2**32, sampling),
+            )
+            for j in range(plan.k)
+        ]
+        started = time.perf_counter()
+        ok = False
+        try:
+            for seq in seqs[1:]:
+                self._seq_cp(0, seq.index)
+            step_started = time.perf_counter()
+            for seq in seqs:
+                seq.pending = self._sample_at(seq.sampler, -1)
+            active = list(seqs)
+            while True:
+                still = []
+                for seq in active:
+                    if criteria is not None and criteria(
+                        np.asarray(tokens + seq.fed, dtype=np.intc), self.scores[0, :]
+                    ):
+                        seq.criteria = True  # upstream's generate returns before the token
+                        seq.completion.end("stop")
+                        done = True
+                    else:
+                        seq.sampled.append(seq.pending)
+                        done = seq.completion.push(seq.pending)
+                    if not done:
+                        still.append(seq)
+                    elif seq.index:  # its cells are free for the others
+                        self._seq_rm(seq.index)
+                active = still
+                while active:
+                    code = self._decode_multi(
+                        [(seq.pending, n_prompt + len(seq.fed), seq.index) for seq in active]
+                    )
+                    if code == 0:
+                        break
+                    if code != 1 or active == [seqs[0]]:
+                        raise RuntimeError(f"llama_decode returned {code}")
+                    # No free KV cell: give up the last sequence (sequence 0 always fits).
+                    dropped = active.pop()
+                    dropped.dropped = True
+                    self._seq_rm(dropped.index)
+                if not active:
+                    break
+                for i, seq in enumerate(active):
+                    seq.fed.append(seq.pending)
+                    seq.pending = self._sample_at(seq.sampler, i)
+                now = time.perf_counter()
+                share = (now - step_started) * 1000 / len(active)
+                step_started = now
+                for seq in active:
+                    seq.steps += 1
+                    seq.ms += share
+            ok = True
+        except RuntimeError as exc:  # llama.cpp refused a batch: this call decodes alone
+            logger.warning("batched samples failed (%s); decoding one sample", exc)
+        finally:
+            # Leave only sequence 0 (prompt + the tokens it fed), as an ordinary call does.
+            for seq in seqs[1:]:
+                self._seq_rm(seq.index)
+            if ok:
+                fed = seqs[0].fed
+                self.input_ids[n_prompt : n_prompt + len(fed)] = fed
+                self.n_tokens = n_prompt + len(fed)
+            else:
+                self._seq_rm(0)
+                self.n_tokens = 0
+            self._requires_eval = True
+        if not ok:
+            self._restore_prompt(tokens)
+            self._in_prompt = True
+            yield from super().generate(tokens, **kwargs)
+            return
+        for seq in seqs[1:]:
+            if seq.dropped:
+                continue
+            if (
+                criteria is not None
+                and not seq.criteria
+                and criteria(np.asarray(tokens + seq.fed, dtype=np.intc), self.scores[0, :])
+            ):
+                seq.completion.end("stop")  # upstream's check after the loop
+            plan.results.append(
+                _SeqResult(
+                    index=seq.index,
+                    tokens=list(seq.completion.tokens),
+                    text=seq.completion.text,
+                    finish_reason=seq.completion.finish_reason or "length",
+                    eval_tokens=len(seq.fed),
+                    decode_steps=seq.steps,
+                    eval_ms=seq.ms,
+                )
+            )
+            _close_sampler(seq.sampler)
+        first = seqs[0]
+        stats.eval_tokens += len(first.fed)
+        stats.decode_steps += first.steps
+        stats.eval_ms += first.ms
+        stats.batch_size = sum(not seq.dropped for seq in seqs)
+        stats.batch_tokens = sum(len(seq.fed) for seq in seqs)
+        stats.batch_ms = (time.perf_counter() - started) * 1000
+
+        yield from first.sampled
+        if first.criteria:
+            return
+        # The caller wants more than the batch decoded for it (it stops where the batch
+        # stopped, so this is a safeguard): go on alone, as upstream's loop would.
+        last = first.sampled[-1]
+        while True:
+            self.eval([last])
+            token = self._sample_at(first.sampler, -1)
+            if criteria is not None and criteria(self._input_ids, self.scores[0, :]):
+                return
+            yield token
+            last = token
+
+    # The llama.cpp calls of a batch; tests replace these.
+    def _seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
+        """Remove sequence ``seq``'s cells at positions [p0, p1) (all by default)."""
+        import llama_cpp
+
+        return bool(llama_cpp.llama_memory_seq_rm(self._ctx.memory, seq, p0, p1))
+
+    def _seq_cp(self, src: int, dst: int) -> None:
+        """Make sequence ``dst`` share all of ``src``'s cells (no copy in a unified cache)."""
+        import llama_cpp
+
+        llama_cpp.llama_memory_seq_cp(self._ctx.memory, src, dst, -1, -1)
+
+    def _decode_multi(self, entries: Sequence[tuple[int, int, int]]) -> int:
+        """One ``llama_decode`` of ``(token, position, sequence)`` entries, logits for each
+        (entry i's at output i); llama.cpp's return code (1: no free KV cell)."""
+        import llama_cpp
+
+        batch = self._batch.batch
+        batch.n_tokens = len(entries)
+        for i, (token, pos, seq) in enumerate(entries):
+            batch.token[i] = token
+            batch.pos[i] = pos
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq
+            batch.logits[i] = True
+        return int(llama_cpp.llama_decode(self._ctx.ctx, batch))
+
+    def _sequence_sampler(self, seed: int, sampling: dict[str, Any]) -> Any:
+        """Upstream's sampler chain for these settings, seeded ``seed``."""
+        saved = self._seed
+        self._seed = seed
+        try:
+            return self._init_sampler(**sampling)
+        finally:
+            self._seed = saved
+
+    def _sample_at(self, sampler: Any, index: int) -> int:
+        """Sample (and accept) a token from the logits of output ``index`` (-1: the last)."""
+        return int(sampler.sample(self._ctx, index))
+
+    def _is_eog(self, token: int) -> bool:
+        import llama_cpp
+
+        return bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, token))
 
     def eval(self, tokens: Sequence[int]) -> None:
         stats = self.call_stats
@@ -339,6 +756,12 @@ class _DecodingLlama:
             raise RuntimeError("llama.cpp could not restore a prompt snapshot")
 
 
+def _close_sampler(sampler: Any) -> None:
+    close = getattr(sampler, "close", None)
+    if callable(close):
+        close()
+
+
 def _lookup_draft(tokens: int) -> Any:
     """llama-cpp-python's prompt-lookup drafter proposing up to ``tokens`` tokens a step."""
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
@@ -362,6 +785,7 @@ def _llama_class(base: type) -> type:
 class _Loaded:
     llama: Any
     lock: threading.Lock = field(default_factory=threading.Lock)
+    key: tuple[Any, ...] = ()
 
 
 _LOADED: dict[tuple[Any, ...], _Loaded] = {}
@@ -369,10 +793,16 @@ _LOADED_LOCK = threading.Lock()
 
 
 def _load_llama(
-    path: Path, *, n_ctx: int, n_batch: int, n_threads: int, ram_cache_bytes: int
+    path: Path,
+    *,
+    n_ctx: int,
+    n_batch: int,
+    n_threads: int,
+    ram_cache_bytes: int,
+    n_seq_max: int = 1,
 ) -> _Loaded:
     """The shared ``Llama`` for this file and context settings, loaded at most once."""
-    key = (str(path.resolve()), n_ctx, n_batch, n_threads, ram_cache_bytes)
+    key = (str(path.resolve()), n_ctx, n_batch, n_threads, ram_cache_bytes, n_seq_max)
     with _LOADED_LOCK:
         loaded = _LOADED.get(key)
         if loaded is None:
@@ -390,6 +820,7 @@ def _load_llama(
                 n_threads=n_threads,
                 n_threads_batch=n_threads,
                 verbose=False,
+                n_seq_max=n_seq_max,
             )
             if ram_cache_bytes > 0:
                 # Keeps the KV state of past prompts so alternating prefixes (several schemas in
@@ -403,7 +834,7 @@ def _load_llama(
                 n_ctx,
                 n_threads,
             )
-            loaded = _Loaded(llama)
+            loaded = _Loaded(llama, key=key)
             _LOADED[key] = loaded
     return loaded
 
@@ -585,6 +1016,107 @@ def default_prompt_lookup() -> int:
     return _check_lookup(value, LOOKUP_ENV)
 
 
+class SampleBatch:
+    """What a :func:`batched_samples` block holds: how many samples to decode together, and
+    the samples decoded ahead for the calls still to come.
+
+    The first sampled call the local engine receives in the block (at ``temperature``, when
+    given) decodes ``k`` continuations of its prompt together and answers with the first; the
+    others wait here under the call's prompt and settings (its seed left out: rollouts vary
+    it) until calls asking the same take them. A block makes one batch: a sampled call on
+    another prompt, or one after the stash ran dry, runs as usual. Thread-safe.
+    """
+
+    def __init__(self, k: int, temperature: float | None = None) -> None:
+        self.k = k
+        self.temperature = None if temperature is None else float(temperature)
+        self.spent = False
+        self.decoded = 0
+        self.served = 0
+        self._stash: dict[tuple[Any, ...], list[Response]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """Samples waiting to be taken."""
+        with self._lock:
+            return sum(len(responses) for responses in self._stash.values())
+
+    def wants(self, temperature: float) -> bool:
+        """Whether a call at ``temperature`` is one of the block's samples."""
+        if temperature <= 0:
+            return False
+        return self.temperature is None or temperature == self.temperature
+
+    @staticmethod
+    def key(model: Any, messages: list[dict[str, str]], options: dict[str, Any]) -> tuple:
+        """The stash key of a call: the loaded model, the messages its prompt is rendered from,
+        and its settings but the seed."""
+        settings = sorted((name, repr(value)) for name, value in options.items() if name != "seed")
+        return (model, repr(messages), tuple(settings))
+
+    def take(self, key: tuple[Any, ...]) -> Response | None:
+        """A waiting sample for ``key``, or None."""
+        with self._lock:
+            waiting = self._stash.get(key)
+            if not waiting:
+                return None
+            self.served += 1
+            response = waiting.pop(0)
+            if not waiting:
+                del self._stash[key]
+            return response
+
+    def claim(self) -> bool:
+        """True once: the call that makes the block's batch."""
+        with self._lock:
+            if self.spent:
+                return False
+            self.spent = True
+            return True
+
+    def put(self, key: tuple[Any, ...], responses: list[Response]) -> None:
+        """Keep ``responses`` for the next calls on ``key``."""
+        with self._lock:
+            self.decoded += len(responses) + 1
+            self._stash.setdefault(key, []).extend(responses)
+
+    def clear(self) -> None:
+        """Drop the samples nobody took."""
+        with self._lock:
+            self._stash.clear()
+
+
+_SAMPLE_BATCH: contextvars.ContextVar[SampleBatch | None] = contextvars.ContextVar(
+    "sqlweave_sample_batch", default=None
+)
+
+
+@contextmanager
+def batched_samples(k: int, *, temperature: float | None = None) -> Iterator[SampleBatch | None]:
+    """Decode the next ``k`` sampled calls on one prompt together (local models only).
+
+    Self-consistency asks the same prompt for several samples; one at a time, each costs a
+    full decode. On a CPU a decode step is bound by reading the weights, so one llama.cpp
+    batch holding one token of each of k sequences costs little more than one token. Inside
+    the block, the first sampled (temperature > 0; ``temperature`` only, when given) call the
+    local engine receives decodes ``min(k, n_seq_max)`` continuations of its prompt that way
+    and the next calls with the same messages and settings (the seed may differ) are answered
+    from them; samples nobody asked for are dropped when the block ends (a DSPy cache hit
+    never reaches the engine). Greedy calls, served models and calls outside a block are not
+    affected. ``k < 2`` makes the block a no-op (yields None).
+    """
+    if k < 2:
+        yield None
+        return
+    batch = SampleBatch(k, temperature)
+    token = _SAMPLE_BATCH.set(batch)
+    try:
+        yield batch
+    finally:
+        _SAMPLE_BATCH.reset(token)
+        batch.clear()
+
+
 class LlamaCppEngine:
     """DSPy 3.4 custom engine running a GGUF model in-process with llama-cpp-python.
 
@@ -604,6 +1136,7 @@ class LlamaCppEngine:
         ram_cache_bytes: int = 0,
         prompt_lookup: int | None = None,
         prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
+        n_seq_max: int = DEFAULT_N_SEQ_MAX,
         cache_dir: str | None = None,
         auto_fetch: bool = True,
     ) -> None:
@@ -620,6 +1153,10 @@ class LlamaCppEngine:
             raise LMSpecError(
                 f"prompt_cache_bytes must be a number of bytes (0 = none), not {prompt_cache_bytes!r}"
             )
+        if isinstance(n_seq_max, bool) or not isinstance(n_seq_max, int) or n_seq_max < 1:
+            raise LMSpecError(
+                f"n_seq_max must be a number of sequences (1 = no batched samples), not {n_seq_max!r}"
+            )
         self.spec = str(parsed)
         self.n_ctx = n_ctx
         self.n_batch = n_batch
@@ -627,6 +1164,7 @@ class LlamaCppEngine:
         self.ram_cache_bytes = ram_cache_bytes
         self.prompt_lookup = prompt_lookup
         self.prompt_cache_bytes = prompt_cache_bytes
+        self.n_seq_max = n_seq_max
         self.cache_dir = cache_dir
         self.auto_fetch = auto_fetch
         self._path: Path | None = None
@@ -673,6 +1211,7 @@ class LlamaCppEngine:
             n_batch=self.n_batch,
             n_threads=self.threads,
             ram_cache_bytes=self.ram_cache_bytes,
+            n_seq_max=self.n_seq_max,
         )
 
     def complete(self, request: Request) -> Response:
@@ -681,7 +1220,8 @@ class LlamaCppEngine:
         The ``n`` calls of one prompt evaluate it once: each later call finds the prompt in the
         KV cache (llama.cpp keeps the longest common prefix with the previous call and replays
         only the last prompt token), or, when other calls came between, in the snapshot kept
-        for a sampled (temperature > 0) call.
+        for a sampled (temperature > 0) call. Inside :func:`batched_samples` a sampled call
+        may be answered by a sample decoded together with an earlier call's.
         """
         from dspy.clients.engines.base import validate_request
 
@@ -692,6 +1232,16 @@ class LlamaCppEngine:
         options = _sampling(request)
         lookup = self.lookup_tokens
         loaded = self._loaded()
+        batch = _SAMPLE_BATCH.get()
+        key: tuple[Any, ...] | None = None
+        if batch is not None and batch.wants(options["temperature"]):
+            key = batch.key(loaded.key, messages, options)
+            waiting = batch.take(key)
+            if waiting is not None:
+                return waiting
+        arm = getattr(loaded.llama, "arm_batch", None)
+        batched = key is not None and batch is not None and arm is not None and batch.claim()
+        extra: list[_SeqResult] = []
         with loaded.lock:
             started = time.perf_counter()
             _reset_perf(loaded.llama)
@@ -704,10 +1254,16 @@ class LlamaCppEngine:
                     keep_prompt=options["temperature"] > 0,
                     prompt_cache_bytes=self.prompt_cache_bytes,
                 )
-            if messages and messages[-1]["role"] == "assistant":
-                raw = _continue_assistant(loaded.llama, messages, options)
-            else:
-                raw = loaded.llama.create_chat_completion(messages=messages, **options)
+            if batched:
+                arm(batch.k)
+            try:
+                if messages and messages[-1]["role"] == "assistant":
+                    raw = _continue_assistant(loaded.llama, messages, dict(options))
+                else:
+                    raw = loaded.llama.create_chat_completion(messages=messages, **options)
+            finally:
+                if batched:
+                    extra = loaded.llama.take_batch()
             seconds = time.perf_counter() - started
             perf = _perf(loaded.llama)
         choice = raw["choices"][0]
@@ -716,6 +1272,18 @@ class LlamaCppEngine:
         # Tokens not evaluated this call came from the KV cache (previous prompt or RAM cache).
         reused = max(0, prompt_tokens - perf["prompt_eval_tokens"])
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        if extra:
+            # Each sample pays for its own decode steps; the first keeps the rest of the call.
+            shares = [result.eval_ms / 1000 for result in extra]
+            seconds = max(0.0, seconds - sum(shares))
+            prefill = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
+            batch.put(  # type: ignore[union-attr]
+                key,  # type: ignore[arg-type]
+                [
+                    self._batched_response(raw, result, share, prompt_tokens, prefill, perf)
+                    for result, share in zip(extra, shares, strict=True)
+                ],
+            )
         return Response(
             id=raw.get("id"),
             model=self.spec,
@@ -731,6 +1299,45 @@ class LlamaCppEngine:
                 "reused_prompt_tokens": reused,
                 "prompt_lookup": lookup,
                 **perf,
+            },
+        )
+
+    def _batched_response(
+        self,
+        raw: dict[str, Any],
+        result: _SeqResult,
+        seconds: float,
+        prompt_tokens: int,
+        prefill: str,
+        perf: dict[str, Any],
+    ) -> Response:
+        """The answer a later call gets from sequence ``result.index`` of a batch: its own
+        tokens and decode share; its whole prompt came from the KV cache."""
+        stats = CallStats(
+            eval_tokens=result.eval_tokens,
+            eval_ms=result.eval_ms,
+            decode_steps=result.decode_steps,
+            batch_size=int(perf.get("batch_size", 0)),
+            batch_tokens=int(perf.get("batch_tokens", 0)),
+            batch_ms=float(perf.get("batch_ms", 0.0)),
+        )
+        text = result.text.decode("utf-8", errors="ignore")
+        return Response(
+            id=f"{raw.get('id') or 'batch'}-{result.index}",
+            model=self.spec,
+            message=Message.assistant([TextPart(prefill + text)]),
+            finish_reason="length" if result.finish_reason == "length" else "stop",
+            usage=TokenUsage(
+                input_tokens=prompt_tokens,
+                output_tokens=len(result.tokens),
+                cache_read_tokens=prompt_tokens,
+            ),
+            provider_data={
+                "seconds": seconds,
+                "reused_prompt_tokens": prompt_tokens,
+                "prompt_lookup": self.lookup_tokens,
+                **asdict(stats),
+                "batch_index": result.index,
             },
         )
 
@@ -751,6 +1358,7 @@ class LlamaCppEngine:
             "ram_cache_bytes": self.ram_cache_bytes,
             "prompt_lookup": self.prompt_lookup,
             "prompt_cache_bytes": self.prompt_cache_bytes,
+            "n_seq_max": self.n_seq_max,
             "cache_dir": self.cache_dir,
             "auto_fetch": self.auto_fetch,
         }
@@ -800,6 +1408,7 @@ _ENGINE_OPTIONS = (
     "ram_cache_bytes",
     "prompt_lookup",
     "prompt_cache_bytes",
+    "n_seq_max",
     "cache_dir",
     "auto_fetch",
 )
@@ -819,7 +1428,8 @@ def build_lm(
     Local specs accept the engine options ``n_ctx``, ``n_batch``, ``n_threads``,
     ``ram_cache_bytes``, ``prompt_lookup`` (draft tokens of prompt-lookup decoding, default
     ``$SQLWEAVE_PROMPT_LOOKUP`` else off), ``prompt_cache_bytes`` (KV snapshots of sampled
-    prompts; 0 = none), ``cache_dir`` and ``auto_fetch``; with ``prefetch`` the weights are
+    prompts; 0 = none), ``n_seq_max`` (samples decoded together inside
+    :func:`batched_samples`; 1 = one at a time), ``cache_dir`` and ``auto_fetch``; with ``prefetch`` the weights are
     resolved (and fetched) now, so a missing model fails here with a clear message instead of
     inside the first call. Other specs pass ``options`` (``api_base``, ``api_key``, ...) to
     ``dspy.LM``. ``temperature=0`` keeps calls deterministic, which is what makes DSPy's

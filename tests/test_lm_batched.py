@@ -1,0 +1,756 @@
+"""Batched samples (issue 15): the sampled calls of one prompt decoded together.
+
+The decoding tests run the batch loop of the engine's model class on a toy model whose KV cache
+is llama.cpp's unified cache in miniature (sequences sharing cells, positions that must continue
+each sequence, a fixed number of cells) and whose samplers are seeded RNGs, so a batched sample
+must equal, token for token, the sample an ordinary call with the same seed makes. The engine
+tests use a stand-in model; real-model checks are marked ``lm``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import dspy
+import numpy as np
+import pytest
+from dspy.lm15 import Config, Message, Request
+
+from sqlweave import lm as sqlweave_lm
+from sqlweave.lm import (
+    CallStats,
+    LlamaCppEngine,
+    LMSpecError,
+    SampleBatch,
+    _Completion,
+    _SeqResult,
+    batched_samples,
+    build_lm,
+)
+
+llama_cpp = pytest.importorskip("llama_cpp")  # the library only: no model is loaded here
+
+EOS = 0
+STOP = 1  # detokenizes to ";"
+TOP = 30  # a chain ends (EOS) once it reaches this token
+
+
+def toy_next(token: int) -> int:
+    """The toy model's likely next token: counting up, then the end."""
+    return EOS if token >= TOP else token + 1
+
+
+class ToySampler:
+    """A seeded sampler: mostly the likely token, sometimes ``;`` or a jump."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def draw(self, last: int) -> int:
+        r = self.rng.random()
+        return STOP if r < 0.1 else self.rng.randrange(2, TOP) if r < 0.3 else toy_next(last)
+
+
+class ToyKV:
+    """A unified KV cache: sequences are lists of cell ids, copies share cells, and a decode
+    fails (1) when the cells in use plus the new ones exceed ``n_ctx``."""
+
+    def __init__(self, n_ctx: int) -> None:
+        self.n_ctx = n_ctx
+        self.seqs: dict[int, list[int]] = {}
+        self.cells: dict[int, int] = {}  # cell id -> token
+        self.next_id = 0
+        self.out: list[int] = []  # the token whose logits each output holds
+        self.decodes: list[int] = []  # tokens per successful decode
+
+    def used(self) -> int:
+        return len({cell for cells in self.seqs.values() for cell in cells})
+
+    def rm(self, seq: int, p0: int = 0) -> bool:
+        if seq in self.seqs:
+            del self.seqs[seq][max(p0, 0) :]
+        return True
+
+    def cp(self, src: int, dst: int) -> None:
+        self.seqs[dst] = list(self.seqs.get(src, []))
+
+    def tokens(self, seq: int) -> list[int]:
+        return [self.cells[cell] for cell in self.seqs.get(seq, [])]
+
+    def decode(self, entries: list[tuple[int, int, int]], all_outputs: bool) -> int:
+        if self.used() + len(entries) > self.n_ctx:
+            return 1
+        for token, pos, seq in entries:
+            cells = self.seqs.setdefault(seq, [])
+            assert pos == len(cells), f"sequence {seq}: position {pos} after {len(cells)} cells"
+            self.cells[self.next_id] = token
+            cells.append(self.next_id)
+            self.next_id += 1
+        self.out = [token for token, _, _ in entries] if all_outputs else [entries[-1][0]]
+        self.decodes.append(len(entries))
+        return 0
+
+
+class ToyBase:
+    """What ``llama_cpp.Llama.generate`` (upstream's loop, unchanged) uses, over the toy."""
+
+    generate = llama_cpp.Llama.generate
+
+    def __init__(self, n_ctx: int = 256, n_batch: int = 16, **_: Any) -> None:
+        self.n_batch = n_batch
+        self._n_ctx = n_ctx
+        self.n_tokens = 0
+        self.input_ids = np.zeros(n_ctx, dtype=np.intc)
+        self.kv = ToyKV(n_ctx)
+        self._ctx = self  # upstream calls self._ctx.kv_cache_seq_rm
+        self._requires_eval = True
+        self._logits_all = False
+        self._seed = 1234
+        self._sampler: ToySampler | None = None
+        self.scores = np.zeros((1, 4), dtype=np.single)
+        self.draft_model = None
+        self.verbose = False
+
+    @property
+    def _input_ids(self) -> np.ndarray:
+        return self.input_ids[: self.n_tokens]
+
+    def reset(self) -> None:
+        self.n_tokens = 0
+        self._requires_eval = True
+
+    def kv_cache_seq_rm(self, seq_id: int, p0: int, p1: int) -> bool:
+        return self.kv.rm(max(seq_id, 0), p0)
+
+    def eval(self, tokens: list[int]) -> None:
+        self.kv.rm(0, self.n_tokens)
+        for start in range(0, len(tokens), self.n_batch):
+            batch = list(tokens[start : start + self.n_batch])
+            entries = [(token, self.n_tokens + i, 0) for i, token in enumerate(batch)]
+            assert self.kv.decode(entries, all_outputs=False) == 0
+            self.input_ids[self.n_tokens : self.n_tokens + len(batch)] = batch
+            self.n_tokens += len(batch)
+        self._requires_eval = False
+
+    def _init_sampler(self, **_: Any) -> ToySampler:
+        return ToySampler(self._seed)
+
+    def sample(self, idx: int | None = None, **_: Any) -> int:
+        assert idx == self.n_tokens - 1, "only the last position has logits"
+        assert self._sampler is not None
+        return self._sampler.draw(self.kv.out[-1])
+
+    def detokenize(self, tokens: list[int], prev_tokens: Any = None, **_: Any) -> bytes:
+        return b"".join(b";" if t == STOP else bytes([96 + t % 27]) for t in tokens)
+
+
+class ToyLlama(sqlweave_lm._llama_class(ToyBase)):  # type: ignore[misc]
+    """The engine's model class over the toy, with ``n_seq_max`` sequences."""
+
+    def __init__(self, n_seq_max: int = 8, **kwargs: Any) -> None:
+        super().__init__(n_seq_max=n_seq_max, **kwargs)
+
+    def _seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
+        return self.kv.rm(seq, p0)
+
+    def _seq_cp(self, src: int, dst: int) -> None:
+        self.kv.cp(src, dst)
+
+    def _decode_multi(self, entries: Any) -> int:
+        return self.kv.decode(list(entries), all_outputs=True)
+
+    def _sample_at(self, sampler: ToySampler, index: int) -> int:
+        return sampler.draw(self.kv.out[index])
+
+    def _is_eog(self, token: int) -> bool:
+        return token == EOS
+
+    def _save_state(self) -> tuple[Any, int] | None:
+        state = ({seq: list(cells) for seq, cells in self.kv.seqs.items()}, list(self.kv.out))
+        return state, 100 * self.kv.used()
+
+    def _load_state(self, buffer: Any, nbytes: int) -> None:
+        self.kv.seqs = {seq: list(cells) for seq, cells in buffer[0].items()}
+        self.kv.out = list(buffer[1])
+
+
+def complete(
+    llama: ToyLlama,
+    prompt: list[int],
+    *,
+    seed: int,
+    batch: int = 0,
+    stop: tuple[str, ...] = (),
+    max_tokens: int = 64,
+    keep: bool = True,
+    ask_more: int = 0,
+) -> tuple[_Completion, list[_SeqResult], CallStats]:
+    """One sampled completion as the engine makes it: settings, a batch plan as
+    ``create_completion`` fills it, then the completion read off ``generate`` as
+    ``_create_completion`` reads it (``ask_more``: a reader that stops that much later)."""
+    llama.begin_call(lookup_tokens=0, keep_prompt=keep, prompt_cache_bytes=10**6)
+    if batch:
+        llama.arm_batch(batch)
+        plan = llama._batch_plan
+        if plan is not None:  # as create_completion fills it
+            plan.stop, plan.max_tokens, plan.captured = list(stop), max_tokens, True
+    llama._seed = seed
+    reader = _Completion(llama, prompt, [s.encode() for s in stop], max_tokens + ask_more)
+    generator = llama.generate(prompt, temp=0.8)
+    for token in generator:
+        if reader.push(int(token)):
+            break
+    generator.close()
+    return reader, llama.take_batch(), llama.call_stats
+
+
+def reference(prompt: list[int], seed: int, **options: Any) -> _Completion:
+    """The completion an ordinary call with this seed makes on a fresh model."""
+    reader, extra, _ = complete(ToyLlama(), prompt, seed=seed, **options)
+    assert not extra
+    return reader
+
+
+def same(result: _SeqResult, expected: _Completion) -> bool:
+    return (result.tokens, result.text, result.finish_reason) == (
+        expected.tokens,
+        expected.text,
+        expected.finish_reason,
+    )
+
+
+PROMPT = list(range(2, 14))
+
+
+def assert_only_sequence_zero(llama: ToyLlama) -> None:
+    """The bookkeeping an ordinary call leaves: one sequence, described by input_ids."""
+    assert all(not cells for seq, cells in llama.kv.seqs.items() if seq != 0)
+    assert llama.kv.tokens(0) == list(llama.input_ids[: llama.n_tokens])
+
+
+# --------------------------------------------------------------------------- the batch loop
+
+
+@pytest.mark.parametrize("stop", [(), (";",)])
+def test_batched_samples_are_the_samples_of_ordinary_calls(stop: tuple[str, ...]) -> None:
+    llama = ToyLlama()
+    first, extra, stats = complete(llama, PROMPT, seed=100, batch=5, stop=stop, max_tokens=20)
+    expected = [reference(PROMPT, 100 + j, stop=stop, max_tokens=20) for j in range(5)]
+    assert (first.tokens, first.text, first.finish_reason) == (
+        expected[0].tokens,
+        expected[0].text,
+        expected[0].finish_reason,
+    )
+    assert [result.index for result in extra] == [1, 2, 3, 4]
+    for result in extra:
+        assert same(result, expected[result.index]), result.index
+    assert len({bytes(e.text) for e in expected}) > 1  # the seeds do give different samples
+    # The prompt was evaluated once; every later decode fed one token per unfinished sequence.
+    assert stats.prompt_eval_tokens == len(PROMPT) and llama.kv.decodes[0] == len(PROMPT)
+    steps = llama.kv.decodes[1:]
+    fed = [stats.eval_tokens] + [result.eval_tokens for result in extra]
+    assert steps == [sum(n > step for n in fed) for step in range(max(fed))]
+    assert steps[0] > 1 and stats.batch_size == 5 and stats.batch_tokens == sum(steps)
+    assert stats.decode_steps == stats.eval_tokens == llama.n_tokens - len(PROMPT)
+    assert_only_sequence_zero(llama)
+
+
+def test_stop_strings_and_max_tokens_end_each_sequence_where_an_ordinary_call_would() -> None:
+    llama = ToyLlama()
+    _, extra, _ = complete(llama, PROMPT, seed=7, batch=8, stop=(";",), max_tokens=6)
+    reasons = set()
+    for result in extra:
+        expected = reference(PROMPT, 7 + result.index, stop=(";",), max_tokens=6)
+        assert same(result, expected)
+        assert b";" not in result.text and len(result.tokens) <= 6
+        reasons.add(result.finish_reason)
+    assert reasons == {"stop", "length"}
+
+
+def test_after_a_batch_the_next_call_reuses_the_prompt_and_answers_as_on_a_fresh_model() -> None:
+    llama = ToyLlama()
+    complete(llama, PROMPT, seed=3, batch=4)
+    again, extra, stats = complete(llama, PROMPT, seed=11)
+    assert not extra and stats.batch_size == 0
+    assert stats.prompt_eval_tokens == 1  # only the last prompt token is replayed
+    assert again.tokens == reference(PROMPT, 11).tokens
+    other = [40 + t % 7 for t in range(9)]
+    _, _, stats = complete(llama, other, seed=5)
+    assert stats.prompt_eval_tokens == len(other)
+    assert_only_sequence_zero(llama)
+
+
+def test_a_batch_restores_the_prompt_snapshot_of_an_earlier_sample() -> None:
+    llama = ToyLlama()
+    long = list(range(2, 26))  # long enough to be worth a restore
+    complete(llama, long, seed=1)  # an ordinary sample keeps a snapshot of the prompt
+    complete(llama, [50, 51, 52], seed=1)  # another prompt takes the KV cache
+    first, extra, stats = complete(llama, long, seed=20, batch=3)
+    assert stats.restored_tokens == len(long) and stats.prompt_eval_tokens == 1
+    assert first.tokens == reference(long, 20).tokens
+    assert [same(r, reference(long, 20 + r.index)) for r in extra] == [True, True]
+    assert_only_sequence_zero(llama)
+
+
+def test_a_full_cache_gives_up_the_last_sequences_never_the_first() -> None:
+    # 12 prompt cells + 8 sequences of up to 30 tokens cannot fit 40 cells.
+    llama = ToyLlama(n_ctx=40)
+    first, extra, stats = complete(llama, PROMPT, seed=9, batch=8, max_tokens=25)
+    assert first.tokens == reference(PROMPT, 9, max_tokens=25).tokens
+    assert len(extra) < 7 and stats.batch_size == 1 + len(extra)
+    for result in extra:  # the survivors are whole, correct samples
+        assert same(result, reference(PROMPT, 9 + result.index, max_tokens=25))
+    assert llama.kv.decodes[1] == 8  # all eight started together
+    assert_only_sequence_zero(llama)
+
+
+def test_the_first_sequence_goes_on_alone_when_its_reader_wants_more() -> None:
+    llama = ToyLlama()
+    longer = reference(PROMPT, 4, max_tokens=12)
+    # The batch stops every sequence after 4 tokens, the reader only after 12.
+    first, extra, _ = complete(llama, PROMPT, seed=4, batch=3, max_tokens=4, ask_more=8)
+    assert first.tokens == longer.tokens and len(extra) == 2
+    assert all(len(result.tokens) <= 4 for result in extra)
+    assert_only_sequence_zero(llama)
+
+
+def test_a_refused_batch_falls_back_to_one_ordinary_sample(monkeypatch) -> None:
+    decodes: list[int] = []
+
+    def refuse_the_third(self: ToyLlama, entries: Any) -> int:
+        decodes.append(len(entries))
+        return -1 if len(decodes) == 3 else self.kv.decode(list(entries), all_outputs=True)
+
+    monkeypatch.setattr(ToyLlama, "_decode_multi", refuse_the_third)
+    llama = ToyLlama()
+    first, extra, stats = complete(llama, PROMPT, seed=6, batch=4)
+    assert len(decodes) == 3 and extra == [] and stats.batch_size == 0
+    assert first.tokens == reference(PROMPT, 6).tokens
+    assert_only_sequence_zero(llama)
+
+
+def test_no_batch_for_greedy_calls_without_a_plan_or_without_sequences() -> None:
+    llama = ToyLlama()
+    llama.begin_call(lookup_tokens=0, keep_prompt=False, prompt_cache_bytes=0)
+    llama.arm_batch(4)
+    llama._batch_plan.captured = True
+    out = list(zip(range(5), llama.generate(PROMPT, temp=0.0), strict=False))
+    assert out and llama.take_batch() == [] and max(llama.kv.decodes) > 1  # the prompt only
+    assert max(llama.kv.decodes[1:]) == 1  # one sequence decoded
+    _, extra, stats = complete(llama, PROMPT, seed=1)  # armed by nobody
+    assert extra == [] and stats.batch_size == 0
+    single = ToyLlama(n_seq_max=1)
+    _, extra, stats = complete(single, PROMPT, seed=1, batch=4)
+    assert extra == [] and stats.batch_size == 0 and single._batch_plan is None
+
+
+def test_a_prompt_without_room_for_every_first_token_is_not_batched() -> None:
+    llama = ToyLlama(n_ctx=15)
+    _, extra, stats = complete(llama, PROMPT, seed=1, batch=4, max_tokens=2)
+    assert extra == [] and stats.batch_size == 0
+
+
+def test_completion_reader_matches_upstream_rules() -> None:
+    llama = ToyLlama()
+    reader = _Completion(llama, PROMPT, [b";"], max_tokens=3)
+    assert not reader.push(2) and not reader.push(3)
+    assert reader.push(STOP) and reader.text == b"bc" and reader.finish_reason == "stop"
+    reader = _Completion(llama, PROMPT, [], max_tokens=2)
+    assert not reader.push(2) and reader.push(3) and reader.finish_reason == "length"
+    reader = _Completion(llama, PROMPT, [], max_tokens=5)
+    assert reader.push(EOS) and reader.tokens == [] and reader.finish_reason == "stop"
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+class BatchingLlama:
+    """Stands in for the loaded model: each completion answers "SELECT 0"; an armed one also
+    leaves k - 1 samples "SELECT j"."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.armed: list[int] = []
+        self._k = 0
+        self.call_stats = CallStats()
+
+    def begin_call(self, **_: Any) -> None:
+        self._k = 0
+        self.call_stats = CallStats(prompt_eval_tokens=7, eval_tokens=3)
+
+    def arm_batch(self, k: int) -> None:
+        self._k = k
+        self.armed.append(k)
+
+    def take_batch(self) -> list[_SeqResult]:
+        k, self._k = self._k, 0
+        if k:
+            self.call_stats.batch_size = k
+            self.call_stats.batch_tokens = 3 + 2 * (k - 1)
+        return [
+            _SeqResult(j, [5, 6], f"SELECT {j}".encode(), "stop", 2, 2, 10.0) for j in range(1, k)
+        ]
+
+    def create_chat_completion(self, messages: list[dict[str, str]], **options: Any) -> Any:
+        self.calls.append({"messages": messages, **options})
+        return {
+            "id": "x",
+            "choices": [{"message": {"content": "SELECT 0"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+        }
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[str, BatchingLlama]:
+    gguf = tmp_path / "fake.gguf"
+    gguf.write_bytes(b"GGUF")
+    llama = BatchingLlama()
+    loaded = sqlweave_lm._Loaded(llama, key=("fake",))
+    monkeypatch.setattr(sqlweave_lm, "_load_llama", lambda *a, **k: loaded)
+    monkeypatch.setattr(sqlweave_lm, "_reset_perf", lambda llama: None)
+    return f"gguf:{gguf}", llama
+
+
+def _request(
+    spec: str,
+    temperature: float = 0.7,
+    seed: int | None = None,
+    question: str = "How many singers?",
+    max_tokens: int = 8,
+) -> Request:
+    return Request(
+        model=spec,
+        messages=(Message.user(question),),
+        config=Config(temperature=temperature, max_tokens=max_tokens, seed=seed),
+    )
+
+
+def test_outside_a_block_every_sample_is_a_call(fake) -> None:
+    spec, llama = fake
+    engine = LlamaCppEngine(spec)
+    texts = [engine.complete(_request(spec, seed=i)).text for i in range(3)]
+    assert texts == ["SELECT 0"] * 3 and len(llama.calls) == 3 and llama.armed == []
+
+
+def test_a_block_decodes_once_and_answers_the_next_samples_from_the_batch(fake) -> None:
+    spec, llama = fake
+    engine = LlamaCppEngine(spec)
+    with batched_samples(4) as batch:
+        responses = [engine.complete(_request(spec, seed=10 + i)) for i in range(4)]
+    assert [r.text for r in responses] == ["SELECT 0", "SELECT 1", "SELECT 2", "SELECT 3"]
+    assert len(llama.calls) == 1 and llama.armed == [4]
+    assert batch is not None and batch.decoded == 4 and batch.served == 3 and len(batch) == 0
+    first, later = responses[0], responses[1:]
+    assert first.usage.input_tokens == 7 and first.usage.output_tokens == 3
+    for response in later:  # their own tokens, the whole prompt from the cache
+        data = response.provider_data or {}
+        assert response.usage.input_tokens == 7 and response.usage.output_tokens == 2
+        assert response.usage.cache_read_tokens == 7 and data["prompt_eval_tokens"] == 0
+        assert data["seconds"] == pytest.approx(0.01) and data["eval_tokens"] == 2
+        assert data["batch_size"] == 4 and data["batch_tokens"] == 9
+    assert [(r.provider_data or {}).get("batch_index") for r in later] == [1, 2, 3]
+    assert (first.provider_data or {})["batch_size"] == 4
+
+
+def test_greedy_calls_in_a_block_are_ordinary_calls(fake) -> None:
+    spec, llama = fake
+    engine = LlamaCppEngine(spec)
+    with batched_samples(4):
+        texts = [engine.complete(_request(spec, temperature=0.0)).text for _ in range(2)]
+    assert texts == ["SELECT 0"] * 2 and len(llama.calls) == 2 and llama.armed == []
+
+
+def test_only_the_same_prompt_and_settings_take_a_batched_sample(fake) -> None:
+    spec, llama = fake
+    engine = LlamaCppEngine(spec)
+    with batched_samples(4):
+        engine.complete(_request(spec, seed=1))
+        assert engine.complete(_request(spec, question="Other?")).text == "SELECT 0"
+        assert engine.complete(_request(spec, temperature=0.9)).text == "SELECT 0"
+        assert engine.complete(_request(spec, max_tokens=9)).text == "SELECT 0"
+        assert len(llama.calls) == 4 and llama.armed == [4]  # one batch per block
+        assert engine.complete(_request(spec, seed=99)).text == "SELECT 1"  # any seed
+    assert len(llama.calls) == 4
+
+
+def test_leftovers_are_dropped_when_the_block_ends(fake) -> None:
+    spec, llama = fake
+    engine = LlamaCppEngine(spec)
+    with batched_samples(4) as batch:
+        engine.complete(_request(spec))
+        engine.complete(_request(spec))
+    assert batch is not None and len(batch) == 0
+    assert engine.complete(_request(spec)).text == "SELECT 0" and len(llama.calls) == 2
+    with batched_samples(3):
+        assert engine.complete(_request(spec)).text == "SELECT 0"
+        assert engine.complete(_request(spec)).text == "SELECT 1"
+    assert llama.armed == [4, 3]
+
+
+def test_a_dry_stash_falls_back_to_ordinary_calls(fake) -> None:
+    spec, llama = fake
+    engine = LlamaCppEngine(spec)
+    with batched_samples(2):
+        texts = [engine.complete(_request(spec)).text for _ in range(3)]
+    assert texts == ["SELECT 0", "SELECT 1", "SELECT 0"] and llama.armed == [2]
+
+
+def test_a_block_for_one_temperature_leaves_others_alone(fake) -> None:
+    spec, llama = fake
+    engine = LlamaCppEngine(spec)
+    with batched_samples(3, temperature=0.7):
+        engine.complete(_request(spec, temperature=0.9))
+        assert llama.armed == []
+        engine.complete(_request(spec, temperature=0.7))
+        assert llama.armed == [3]
+
+
+def test_a_block_of_one_is_no_block(fake) -> None:
+    spec, llama = fake
+    engine = LlamaCppEngine(spec)
+    with batched_samples(1) as batch:
+        assert batch is None
+        engine.complete(_request(spec))
+        engine.complete(_request(spec))
+    assert len(llama.calls) == 2 and llama.armed == []
+
+
+def test_blocks_nest_and_threads_do_not_share_them(fake) -> None:
+    import threading
+
+    spec, llama = fake
+    engine = LlamaCppEngine(spec)
+    seen: list[str] = []
+    with batched_samples(3):
+        engine.complete(_request(spec))
+        worker = threading.Thread(target=lambda: seen.append(engine.complete(_request(spec)).text))
+        worker.start()
+        worker.join()
+        with batched_samples(2):
+            assert engine.complete(_request(spec)).text == "SELECT 0"  # the inner block's batch
+        assert engine.complete(_request(spec)).text == "SELECT 1"  # the outer's again
+    assert seen == ["SELECT 0"] and llama.armed == [3, 2]
+
+
+def test_stash_keys_leave_out_the_seed_only() -> None:
+    messages = [{"role": "user", "content": "q"}]
+    a = SampleBatch.key("m", messages, {"temperature": 0.7, "seed": 1, "max_tokens": 8})
+    b = SampleBatch.key("m", messages, {"max_tokens": 8, "seed": 2, "temperature": 0.7})
+    assert a == b
+    assert a != SampleBatch.key("m2", messages, {"temperature": 0.7, "max_tokens": 8})
+    assert a != SampleBatch.key("m", messages, {"temperature": 0.7, "max_tokens": 9})
+
+
+@pytest.mark.parametrize("wrapped", [True, False])
+def test_self_consistency_decodes_its_samples_in_one_batch(fake, demo_concert_db, wrapped) -> None:
+    from sqlweave.adapter import SQLAdapter
+    from sqlweave.programs.direct import DirectSQL
+    from sqlweave.programs.voting import SelfConsistency
+
+    spec, llama = fake
+    lm = dspy.LM(spec, engine=LlamaCppEngine(spec), cache=False, num_retries=0, seed=5)
+    program = (
+        SelfConsistency(DirectSQL(), n=5, temperature=0.7)
+        if wrapped
+        else DirectSQL(samples=5, temperature=0.7)
+    )
+    with dspy.context(lm=lm, adapter=SQLAdapter(prefill=False)):
+        pred = program(db=demo_concert_db, question="How many singers are there?")
+    assert pred.candidates == ["SELECT 0", "SELECT 0", "SELECT 1", "SELECT 2", "SELECT 3"]
+    # The greedy call, then one call that decoded the four samples.
+    assert len(llama.calls) == 2 and llama.armed == [4]
+    assert [call["temperature"] for call in llama.calls] == [0.0, 0.7]
+
+
+def test_engine_option_n_seq_max(tmp_path: Path) -> None:
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert LlamaCppEngine(f"gguf:{gguf}").n_seq_max == sqlweave_lm.DEFAULT_N_SEQ_MAX
+    lm = build_lm(f"gguf:{gguf}", n_seq_max=1)
+    state = lm.engine.dump_state()
+    assert state["n_seq_max"] == 1 and LlamaCppEngine.load_state(state).n_seq_max == 1
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(LMSpecError, match="n_seq_max"):
+            LlamaCppEngine(f"gguf:{gguf}", n_seq_max=bad)
+
+
+# --------------------------------------------------------------------------- real model
+
+
+def _need_llama_cpp() -> None:
+    if importlib.util.find_spec("llama_cpp") is None:
+        if os.environ.get("CI"):
+            pytest.fail("llama-cpp-python is not installed in CI (pip install 'sqlweave[local]')")
+        pytest.skip("llama-cpp-python is not installed")
+
+
+def _ddl(db: Path) -> str:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type='table' AND sql IS NOT NULL"
+        ).fetchall()
+    finally:
+        conn.close()
+    return "\n".join(row[0] for row in rows)
+
+
+def _sql_request(
+    spec: str, schema: str, question: str, temperature: float = 0.0, **config: Any
+) -> Request:
+    return Request(
+        model=spec,
+        messages=(
+            Message.user(f"{schema}\n\n-- Using valid SQLite, answer: {question}"),
+            Message.assistant("SELECT"),
+        ),
+        config=Config(temperature=temperature, max_tokens=48, **config),
+    )
+
+
+QUESTION = "How many singers are there?"
+OTHER = "List the names of singers older than 30."
+
+
+def _fresh(engine: LlamaCppEngine) -> Any:
+    """The engine's shared model with an empty KV cache and no prompt snapshots."""
+    llama = engine._loaded().llama
+    llama.reset()
+    llama.prompt_states.clear()
+    return llama
+
+
+@pytest.mark.lm
+def test_small_model_batch_evaluates_the_prompt_once(demo_concert_db: Path) -> None:
+    _need_llama_cpp()
+    schema = _ddl(demo_concert_db)
+    engine = LlamaCppEngine(sqlweave_lm.SMALL_MODEL)
+    _fresh(engine)
+    with batched_samples(4) as batch:
+        responses = [
+            engine.complete(_sql_request(engine.spec, schema, QUESTION, 1.0, seed=3 + i))
+            for i in range(4)
+        ]
+    data = [r.provider_data or {} for r in responses]
+    prompt = responses[0].usage.input_tokens
+    assert data[0]["prompt_eval_tokens"] == prompt > 100 and data[0]["batch_size"] == 4
+    assert [d["prompt_eval_tokens"] for d in data[1:]] == [0, 0, 0]
+    assert [r.usage.cache_read_tokens for r in responses[1:]] == [prompt] * 3
+    assert [d.get("batch_index") for d in data[1:]] == [1, 2, 3]
+    assert data[0]["batch_tokens"] == sum(d["eval_tokens"] for d in data)
+    assert batch is not None and batch.served == 3
+    texts = [r.text for r in responses]
+    assert all(text.startswith("SELECT") and len(text) > len("SELECT") for text in texts)
+    assert len(set(texts)) > 1, texts  # four samples at temperature 1 are not one answer
+
+
+@pytest.mark.lm
+def test_small_model_batched_samples_answer_the_same_prompt(demo_concert_db: Path) -> None:
+    # With top_k = 1 a sample is the greedy answer: every sequence must decode the very
+    # prompt, positions and stops of an ordinary greedy call.
+    _need_llama_cpp()
+    schema = _ddl(demo_concert_db)
+    engine = LlamaCppEngine(sqlweave_lm.SMALL_MODEL)
+    _fresh(engine)
+    greedy = engine.complete(_sql_request(engine.spec, schema, OTHER)).text
+    _fresh(engine)
+    with batched_samples(4):
+        sampled = [
+            engine.complete(_sql_request(engine.spec, schema, OTHER, 0.7, top_k=1))
+            for _ in range(4)
+        ]
+    assert (sampled[0].provider_data or {})["batch_size"] == 4
+    assert [r.text for r in sampled] == [greedy] * 4
+    assert {r.finish_reason for r in sampled} == {"stop"}
+
+
+@pytest.mark.lm
+def test_small_model_greedy_output_is_unchanged(demo_concert_db: Path) -> None:
+    _need_llama_cpp()
+    schema = _ddl(demo_concert_db)
+    engine = LlamaCppEngine(sqlweave_lm.SMALL_MODEL)
+    # A model loaded for one sequence only (as before batched samples existed).
+    single = LlamaCppEngine(sqlweave_lm.SMALL_MODEL, n_seq_max=1)
+    assert single._loaded().llama is not engine._loaded().llama
+    for question in (QUESTION, OTHER):
+        _fresh(engine)
+        outside = engine.complete(_sql_request(engine.spec, schema, question))
+        _fresh(engine)
+        with batched_samples(4):
+            inside = engine.complete(_sql_request(engine.spec, schema, question))
+        assert inside.text == outside.text and (inside.provider_data or {})["batch_size"] == 0
+        _fresh(single)
+        assert single.complete(_sql_request(single.spec, schema, question)).text == outside.text
+
+
+@pytest.mark.lm
+def test_small_model_after_a_batch_the_next_call_is_as_after_an_ordinary_sample(
+    demo_concert_db: Path,
+) -> None:
+    _need_llama_cpp()
+    schema = _ddl(demo_concert_db)
+    engine = LlamaCppEngine(sqlweave_lm.SMALL_MODEL)
+    llama = _fresh(engine)
+    engine.complete(_sql_request(engine.spec, schema, QUESTION, 0.8, seed=1))
+    expected = engine.complete(_sql_request(engine.spec, schema, OTHER)).text
+    llama = _fresh(engine)
+    with batched_samples(4):
+        first = engine.complete(_sql_request(engine.spec, schema, QUESTION, 0.8, seed=1))
+    assert (first.provider_data or {})["batch_size"] == 4
+    memory = llama._ctx.memory
+    for seq in range(1, llama.n_seq_max):  # only sequence 0 is left, as input_ids say
+        assert llama_cpp.llama_memory_seq_pos_max(memory, seq) == -1
+    assert llama_cpp.llama_memory_seq_pos_max(memory, 0) == llama.n_tokens - 1
+    after = engine.complete(_sql_request(engine.spec, schema, OTHER))
+    assert after.text == expected
+    # The shared schema prefix came from the KV cache.
+    assert (after.provider_data or {})["prompt_eval_tokens"] < after.usage.input_tokens / 2
+
+
+@pytest.mark.lm
+def test_small_model_each_sample_continues_its_own_sequence(
+    demo_concert_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each token a batched sample holds must be one its own sampler could pick (min_p 0.05:
+    # a logit within log(0.05) of the best) when prompt + that sample alone are evaluated
+    # afresh; tokens mixed up between sequences or logits rows would not be.
+    _need_llama_cpp()
+    schema = _ddl(demo_concert_db)
+    engine = LlamaCppEngine(sqlweave_lm.SMALL_MODEL)
+    llama = _fresh(engine)
+    placed: list[bool] = []
+    decode = llama._decode_multi
+
+    def checked(entries: Any) -> int:  # llama.cpp put each token where the batch said
+        code = decode(entries)
+        memory = llama._ctx.memory
+        placed.extend(
+            llama_cpp.llama_memory_seq_pos_max(memory, seq) == pos for _, pos, seq in entries
+        )
+        return code
+
+    monkeypatch.setattr(llama, "_decode_multi", checked)
+    text = f"{schema}\n\n-- Using valid SQLite, answer: {OTHER}\nSELECT"
+    llama.begin_call(lookup_tokens=0, keep_prompt=False, prompt_cache_bytes=0)
+    llama.arm_batch(6)
+    first = llama.create_completion(text, max_tokens=24, temperature=1.0, seed=11, stop=[";"])
+    extra = llama.take_batch()
+    assert llama.call_stats.batch_size == 6 and len(extra) == 5
+    assert placed and all(placed)
+    assert len({tuple(result.tokens) for result in extra}) > 1
+    prompt = [int(t) for t in llama.input_ids[: first["usage"]["prompt_tokens"]]]
+    n_vocab = llama.n_vocab()
+    for result in extra:
+        assert result.tokens and len(result.tokens) <= 24
+        llama.reset()
+        llama.eval(prompt)
+        for token in result.tokens:
+            logits = np.ctypeslib.as_array(llama._ctx.get_logits_ith(-1), shape=(n_vocab,))
+            assert logits[token] >= logits.max() + np.log(0.05) - 1.0, (result.index, token)
+            llama.eval([token])
+    llama.reset()
