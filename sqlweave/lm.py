@@ -1096,8 +1096,9 @@ def batched_samples(k: int, *, temperature: float | None = None) -> Iterator[Sam
     """Decode the next ``k`` sampled calls on one prompt together (local models only).
 
     Self-consistency asks the same prompt for several samples; one at a time, each costs a
-    full decode. On a CPU a decode step is bound by reading the weights, so one llama.cpp
-    batch holding one token of each of k sequences costs little more than one token. Inside
+    full decode. One llama.cpp batch holding one token of each of k sequences reads the
+    weights once; where decoding is memory-bound that costs little more than one token, on a
+    2-vCPU machine (compute-bound) about 1.5x less than k separate steps (docs/lm.md). Inside
     the block, the first sampled (temperature > 0; ``temperature`` only, when given) call the
     local engine receives decodes ``min(k, n_seq_max)`` continuations of its prompt that way
     and the next calls with the same messages and settings (the seed may differ) are answered
