@@ -7,7 +7,9 @@ so the package's own tests still run from a bare checkout.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -95,3 +97,23 @@ def bird_db(bird_root: Path) -> Iterator[Callable[[str], Database]]:
     yield open_db
     for db in opened.values():
         db.close()
+
+
+def need_llama_cpp() -> None:
+    """Skip a local-model test where llama-cpp-python is missing; fail in CI, where it must be."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        if os.environ.get("CI"):
+            pytest.fail("llama-cpp-python is not installed in CI (pip install 'sqlweave[local]')")
+        pytest.skip("llama-cpp-python is not installed")
+
+
+def sqlite_ddl(db: Path) -> str:
+    """The database's own CREATE TABLE statements, read without sqlweave (the lm tests' schema)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type='table' AND sql IS NOT NULL"
+        ).fetchall()
+    finally:
+        conn.close()
+    return "\n".join(row[0] for row in rows)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sqlite3
 import sys
@@ -17,6 +16,8 @@ from typing import Any
 
 import dspy
 import pytest
+from conftest import need_llama_cpp as _need_llama_cpp
+from conftest import sqlite_ddl as _ddl
 from dspy.lm15 import Config, Message, Request, Response, TextPart
 from dspy.lm15 import Usage as TokenUsage
 from dspy.utils import DummyLM
@@ -321,30 +322,12 @@ def test_missing_gguf_file(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- real model
 
 
-def _need_llama_cpp() -> None:
-    if importlib.util.find_spec("llama_cpp") is None:
-        if os.environ.get("CI"):
-            pytest.fail("llama-cpp-python is not installed in CI (pip install 'sqlweave[local]')")
-        pytest.skip("llama-cpp-python is not installed")
-
-
 class TextToSQL(dspy.Signature):
     """Write one SQLite query that answers the question."""
 
     db_schema: str = dspy.InputField(desc="CREATE TABLE statements")
     question: str = dspy.InputField()
     sql: str = dspy.OutputField(desc="a single SQLite SELECT statement")
-
-
-def _ddl(db: Path) -> str:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        rows = conn.execute(
-            "SELECT sql FROM sqlite_master WHERE type='table' AND sql IS NOT NULL"
-        ).fetchall()
-    finally:
-        conn.close()
-    return "\n".join(row[0] for row in rows)
 
 
 def _run(db: Path, sql: str) -> list[tuple[Any, ...]]:

@@ -9,16 +9,15 @@ tests use a stand-in model; real-model checks are marked ``lm``.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import random
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import dspy
 import numpy as np
 import pytest
+from conftest import need_llama_cpp as _need_llama_cpp
+from conftest import sqlite_ddl as _ddl
 from dspy.lm15 import Config, Message, Request
 
 from sqlweave import lm as sqlweave_lm
@@ -580,24 +579,6 @@ def test_engine_option_n_seq_max(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- real model
-
-
-def _need_llama_cpp() -> None:
-    if importlib.util.find_spec("llama_cpp") is None:
-        if os.environ.get("CI"):
-            pytest.fail("llama-cpp-python is not installed in CI (pip install 'sqlweave[local]')")
-        pytest.skip("llama-cpp-python is not installed")
-
-
-def _ddl(db: Path) -> str:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        rows = conn.execute(
-            "SELECT sql FROM sqlite_master WHERE type='table' AND sql IS NOT NULL"
-        ).fetchall()
-    finally:
-        conn.close()
-    return "\n".join(row[0] for row in rows)
 
 
 def _sql_request(
