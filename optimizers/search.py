@@ -98,6 +98,8 @@ DEFAULT_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
         "corrector": ("none", "execution"),
     },
     "mage": {
+        "samples": (1, 8),
+        "selector": ("first", "vote"),
         "strategy": ("graph", "question", "random", "none"),
         "num_demos": (2, 4),
         "rule_correction": (True, False),

@@ -81,14 +81,7 @@ class _Dubo(SQLProgram):
         """The linker, the generator, the sampler of extra candidates (``samples - 1`` at
         ``temperature``), the corrector (``correction``: the execution corrector's options, None
         when the version's correction switch is off) and the selector."""
-        if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
-            raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
-        if samples > 1 and stage_registry.name_of("selector", selector) == "first":
-            raise ValueError(
-                "samples > 1 needs a selector that chooses among the candidates "
-                "(selector='vote' or 'lm'); 'first' would keep the corrected greedy query only"
-            )
-        self.samples = samples
+        self.samples = stage_registry.check_samples(samples, selector)
         self.linker = stage_registry.build("linker", linker)
         self.generate = Generator(GenerateSQL)
         self.sampler = Sampler(

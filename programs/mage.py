@@ -70,6 +70,7 @@ from sqlweave.programs.demos import DemoSource
 from sqlweave.programs.linking import LinkedSchema
 from sqlweave.programs.retrieval import DemoRetriever, RandomRetriever, as_demos
 from sqlweave.programs.rules import is_hard_case
+from sqlweave.programs.voting import Sampler
 from sqlweave.schema import introspect, render_ddl
 from sqlweave.signatures import CorrectSQL, GenerateSQL
 
@@ -334,7 +335,12 @@ class MageSQL(SQLProgram):
     corrector), ``demo_schema`` (show each demo's own DDL), ``column_descriptions`` (BIRD column
     descriptions as DDL comments; off, as the paper's DDL has none), ``pool_source`` (``spider``
     or ``bird`` train pool) and ``retriever_options`` (passed to the retriever, e.g. the GNN
-    checkpoint for ``graph``). ``pool`` and ``retriever`` (not switches: they are data) replace
+    checkpoint for ``graph``), ``samples`` (1) and ``temperature`` (0.7). The last two are not in
+    the paper: with ``samples > 1`` the few-shot generation is sampled ``samples - 1`` more times
+    at ``temperature`` (one prompt, batched by a local engine) and the ``selector``, which must
+    then choose (``vote`` or ``lm``), picks among the generation, the samples and the draft before
+    the correction: PET-SQL's execution vote on MageSQL's prompt, for the switch search to weigh.
+    ``pool`` and ``retriever`` (not switches: they are data) replace
     the default train pool and the retriever built over it for ``strategy``.
 
     The roles of :mod:`sqlweave.programs.stages` are replaceable by name or instance. The paper's
@@ -383,6 +389,8 @@ class MageSQL(SQLProgram):
         linker: str | dspy.Module = "none",
         selector: str | dspy.Module = "first",
         corrector: str | dspy.Module = "mage",
+        samples: int = 1,
+        temperature: float = 0.7,
         *,
         pool: Iterable[dspy.Example] | None = None,
         retriever: DemoRetriever | None = None,
@@ -393,6 +401,7 @@ class MageSQL(SQLProgram):
             )
         if num_demos < 0:
             raise ValueError(f"num_demos must be >= 0, got {num_demos}")
+        samples = stage_registry.check_samples(samples, selector)
         super().__init__(
             strategy=strategy,
             num_demos=num_demos,
@@ -403,6 +412,8 @@ class MageSQL(SQLProgram):
             pool_source=pool_source,
             retriever_options=dict(retriever_options or {}),
             **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
+            samples=samples,
+            temperature=float(temperature),
         )
         self.strategy = strategy
         self.num_demos = num_demos
@@ -420,6 +431,12 @@ class MageSQL(SQLProgram):
         )
         self.draft = Generator(GenerateSQL)
         self.generate = Generator(GenerateSQL)
+        self.samples = samples
+        # Not in the paper: samples - 1 more few-shot generations at ``temperature`` for the
+        # selector (batched by the local engine: one prompt, several continuations).
+        self.sampler = Sampler(
+            self.generate, n=max(1, samples - 1), temperature=float(temperature), greedy_first=False
+        )
         self.linker = stage_registry.build("linker", linker)
         self.selector = stage_registry.build("selector", selector)
         halves = {"rule_correction": rule_correction, "prompt_correction": prompt_correction}
@@ -482,7 +499,13 @@ class MageSQL(SQLProgram):
 
         generated = self.generate(demos=demos, evidence=evidence, **inputs)
         stages.append("generate")
-        candidates = [generated.sql, draft_sql] if draft_sql else [generated.sql]
+        sampled: list[str] = []
+        if self.samples > 1:
+            sampled = self.sampler(db=db, demos=demos, evidence=evidence, **inputs)
+            stages.append("samples")
+        candidates = (
+            [generated.sql, *sampled, draft_sql] if draft_sql else [generated.sql, *sampled]
+        )
         picked = self.selector(
             candidates=candidates,
             db=db,

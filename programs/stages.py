@@ -163,6 +163,23 @@ def role_switches(**specs: str | dspy.Module) -> dict[str, str | None]:
     return {role: name_of(role, spec) for role, spec in specs.items()}
 
 
+def check_samples(samples: Any, selector: str | dspy.Module) -> int:
+    """``samples`` validated for a program that adds sampled candidates to its own query.
+
+    Extra samples only matter when a selector chooses among the candidates: with ``first`` the
+    greedy query would always win and the samples would be paid for and thrown away, so that
+    combination is refused (the switch search records it as invalid rather than running it).
+    """
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+        raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+    if samples > 1 and name_of("selector", selector) == "first":
+        raise ValueError(
+            "samples > 1 needs a selector that chooses among the candidates "
+            "(selector='vote' or 'lm'); 'first' would keep the greedy query only"
+        )
+    return samples
+
+
 def is_none(role: str, stage: Any) -> bool:
     """Whether ``stage`` is the role's do-nothing choice (``none`` linker or corrector)."""
     return stage is None or name_of(role, stage) == "none"
@@ -248,6 +265,7 @@ __all__ = [
     "STAGES",
     "available",
     "build",
+    "check_samples",
     "is_none",
     "link",
     "name_of",

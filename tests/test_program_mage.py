@@ -171,6 +171,35 @@ def test_empty_generation_falls_back_to_the_draft(pool, db) -> None:
     assert len(lm.history) == 2 and pred.generated_sql == EASY and pred.sql == EASY
 
 
+def test_samples_are_voted_with_the_generation_and_the_draft(pool, db) -> None:
+    # the greedy few-shot SQL fails; two samples at temperature run; the vote picks a sample
+    program = MageSQL(strategy="pqgram", pool=pool, samples=3, selector="vote")
+    lm = DummyLM([{"sql": EASY}, {"sql": "SELECT nope FROM singer"}, {"sql": EASY}, {"sql": EASY}])
+    sampled: list[tuple] = []
+    original_copy = lm.copy
+
+    def spy_copy(**kwargs):  # the samples run on copies of the LM (their own history)
+        sampled.append((kwargs.get("rollout_id"), kwargs.get("temperature")))
+        return original_copy(**kwargs)
+
+    lm.copy = spy_copy  # type: ignore[method-assign]
+    with dspy.context(lm=lm):
+        pred = program(question=QUESTION, db=db)
+    assert len(lm.history) == 2  # the draft and the greedy generation
+    assert sampled == [(0, 0.7), (1, 0.7)]  # two distinct rollouts at the temperature
+    assert pred.stages == ["draft", "select_demos", "generate", "samples", "select", "rules"]
+    assert pred.candidates == ["SELECT nope FROM singer", EASY, EASY, EASY]  # the draft last
+    assert pred.sql == EASY and pred.generated_sql == EASY
+
+
+def test_samples_need_a_selector_that_chooses(pool) -> None:
+    with pytest.raises(ValueError, match="needs a selector"):
+        MageSQL(samples=3, pool=pool)
+    with pytest.raises(ValueError, match="samples must be an integer"):
+        MageSQL(samples=0, selector="vote", pool=pool)
+    assert MageSQL(pool=pool).switches["samples"] == 1  # the paper's single generation
+
+
 def test_bird_evidence_reaches_every_prompt(bird_db, pool) -> None:
     db = bird_db("superhero")
     evidence = "heavy refers to weight_kg > 100"
