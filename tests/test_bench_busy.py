@@ -1,0 +1,84 @@
+"""experiments/bench_busy.py: its competing load is real and goes away, and a whole run on a
+stand-in model writes the table and JSON (a real run takes minutes of the 1.5B model)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from test_bench_lm import Oracle  # the stand-in model of bench_lm's own test
+
+from sqlweave import lm as sqlweave_lm
+
+llama_cpp = pytest.importorskip("llama_cpp")  # patched below; no model is loaded
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+def _bench() -> Any:
+    sys.path.insert(0, str(EXPERIMENTS))  # bench_busy imports bench_lm beside it
+    try:
+        spec = importlib.util.spec_from_file_location("bench_busy", EXPERIMENTS / "bench_busy.py")
+        module = importlib.util.module_from_spec(spec)
+        assert spec.loader is not None
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+    return module
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def test_busy_processes_spin_and_are_killed() -> None:
+    bench = _bench()
+    with bench.busy_processes(2) as pids:
+        assert len(pids) == 2 and all(_alive(pid) for pid in pids)
+    assert not any(_alive(pid) for pid in pids)
+    with bench.busy_processes(0) as none:
+        assert none == []
+
+
+@pytest.mark.timeout(300)
+def test_bench_busy_end_to_end_on_a_stand_in_model(
+    data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from sqlweave.data import load_slice
+
+    examples = load_slice("spider-dev-200")[:2]
+    oracle = Oracle({ex.question: ex.gold_sql for ex in examples})
+    monkeypatch.setattr(sqlweave_lm, "_load_llama", lambda *a, **k: sqlweave_lm._Loaded(oracle))
+    monkeypatch.setattr(llama_cpp, "llama_perf_context_reset", lambda ctx: None)
+    monkeypatch.setattr(
+        llama_cpp,
+        "llama_perf_context",
+        lambda ctx: SimpleNamespace(n_p_eval=50, t_p_eval_ms=2.0, n_eval=3, t_eval_ms=1.0),
+    )
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    out = tmp_path / "busy.json"
+    argv = ["bench_busy.py", "--model", f"gguf:{gguf}", "--limit", "2", "--threads", "1", "2"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out)])
+    _bench().main()
+
+    results = json.loads(out.read_text())
+    assert [run["n_threads"] for run in results["runs"]] == [1, 2]
+    for run in results["runs"]:
+        for condition in ("idle", "busy"):
+            assert run[condition]["ex"] == 1.0 and run[condition]["s_per_question"] > 0
+        assert run["same_sql"] == 1.0 and run["throughput_vs_idle"] > 0
+    assert results["settings"]["busy_processes"] == 1 and results["settings"]["questions"] == 2
+    printed = capsys.readouterr().out
+    assert "| n_threads | idle s/q |" in printed and f"wrote {out}" in printed
