@@ -38,7 +38,8 @@ linker, selector or corrector is a constructor argument: ``get("mage", linker="b
 Defaults: ``num_demos=4``. The paper tunes k per method up to 10 (more did not help with GPT-4);
 four keeps a 1.5B local model's prompt short (each demo costs context and seconds), and the
 ablation runner may raise it. Calls per question: 1 (zero-shot, easy) to 3 (structure strategy,
-hard case, no rule fired).
+hard case, no rule fired), plus ``samples - 1`` with the sampling switch (not in the paper; see
+:class:`MageSQL`).
 
 ``ABLATIONS`` mirrors Table IV (demo selection, all with error correction on, as the paper's
 Struct-Graph row equals its full system) and the error-correction ablation (w/o → with). The
