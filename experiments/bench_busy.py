@@ -31,7 +31,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -40,7 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench_lm import _commit, recording_lm, run_sqlweave
+from bench_lm import _commit, machine, recording_lm, run_sqlweave
 
 from sqlweave.lm import DEFAULT_MODEL, default_threads
 
@@ -129,13 +128,7 @@ def main() -> None:
     threads = args.threads or list(range(1, cores + 1))
     rule = default_threads()
     results: dict[str, Any] = {
-        "machine": {
-            "cpus": cores,
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "sched_autogroup_enabled": autogroup(),
-            "loadavg_start": os.getloadavg(),
-        },
+        "machine": {**machine(), "sched_autogroup_enabled": autogroup()},
         "commit": _commit(),
         "settings": {
             "model": args.model,

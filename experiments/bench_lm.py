@@ -351,6 +351,16 @@ def _commit() -> str | None:
         return None
 
 
+def machine() -> dict[str, Any]:
+    """What a benchmark's figures depend on: cores, platform, Python, the load when it started."""
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "loadavg_start": os.getloadavg(),
+    }
+
+
 def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -376,12 +386,7 @@ def main() -> None:
     examples = load_slice(args.slice)[: args.limit]
     n_threads = args.n_threads or default_threads()
     results: dict[str, Any] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "loadavg_start": os.getloadavg(),
-        },
+        "machine": machine(),
         "commit": _commit(),
         "settings": {
             "model": args.model,
