@@ -12,6 +12,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,6 +106,35 @@ def need_llama_cpp() -> None:
         if os.environ.get("CI"):
             pytest.fail("llama-cpp-python is not installed in CI (pip install 'sqlweave[local]')")
         pytest.skip("llama-cpp-python is not installed")
+
+
+def stand_in_llama(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, llama: Any, key: tuple[Any, ...] = ()
+) -> str:
+    """Make every local engine load ``llama`` (a stand-in for ``llama_cpp.Llama``) instead of a
+    model: writes a placeholder GGUF file and returns its ``gguf:`` spec."""
+    from sqlweave import lm as sqlweave_lm
+
+    gguf = tmp_path / "fake.gguf"
+    gguf.write_bytes(b"GGUF")
+    loaded = sqlweave_lm._Loaded(llama, key=key)
+    monkeypatch.setattr(sqlweave_lm, "_load_llama", lambda *a, **k: loaded)
+    monkeypatch.setattr(sqlweave_lm, "_reset_perf", lambda llama: None)
+    return f"gguf:{gguf}"
+
+
+def spy_rollouts(lm: Any) -> list[tuple[Any, Any]]:
+    """``(rollout_id, temperature)`` of every copy made of ``lm``, in order: each sampled rollout
+    runs on a copy (its own history), so this is how a test sees which samples were drawn."""
+    seen: list[tuple[Any, Any]] = []
+    original_copy = lm.copy
+
+    def spy_copy(**kwargs: Any) -> Any:
+        seen.append((kwargs.get("rollout_id"), kwargs.get("temperature")))
+        return original_copy(**kwargs)
+
+    lm.copy = spy_copy
+    return seen
 
 
 def sqlite_ddl(db: Path) -> str:

@@ -8,13 +8,10 @@ import json
 import os
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_bench_lm import Oracle  # the stand-in model of bench_lm's own test
-
-from sqlweave import lm as sqlweave_lm
+from test_bench_lm import Oracle, load_stand_in  # bench_lm's own test's stand-in model
 
 llama_cpp = pytest.importorskip("llama_cpp")  # patched below; no model is loaded
 
@@ -59,13 +56,7 @@ def test_bench_busy_end_to_end_on_a_stand_in_model(
 
     examples = load_slice("spider-dev-200")[:2]
     oracle = Oracle({ex.question: ex.gold_sql for ex in examples})
-    monkeypatch.setattr(sqlweave_lm, "_load_llama", lambda *a, **k: sqlweave_lm._Loaded(oracle))
-    monkeypatch.setattr(llama_cpp, "llama_perf_context_reset", lambda ctx: None)
-    monkeypatch.setattr(
-        llama_cpp,
-        "llama_perf_context",
-        lambda ctx: SimpleNamespace(n_p_eval=50, t_p_eval_ms=2.0, n_eval=3, t_eval_ms=1.0),
-    )
+    load_stand_in(monkeypatch, oracle)
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     out = tmp_path / "busy.json"

@@ -77,6 +77,17 @@ class Oracle:
         }
 
 
+def load_stand_in(monkeypatch: pytest.MonkeyPatch, oracle: Oracle) -> None:
+    """Every local engine loads ``oracle``; llama.cpp's perf counters read fixed figures."""
+    monkeypatch.setattr(sqlweave_lm, "_load_llama", lambda *a, **k: sqlweave_lm._Loaded(oracle))
+    monkeypatch.setattr(llama_cpp, "llama_perf_context_reset", lambda ctx: None)
+    monkeypatch.setattr(
+        llama_cpp,
+        "llama_perf_context",
+        lambda ctx: SimpleNamespace(n_p_eval=50, t_p_eval_ms=2.0, n_eval=3, t_eval_ms=1.0),
+    )
+
+
 @pytest.mark.timeout(300)
 def test_bench_runs_every_mode_on_a_stand_in_model(
     data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
@@ -88,14 +99,8 @@ def test_bench_runs_every_mode_on_a_stand_in_model(
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     oracle = Oracle(gold)
-    monkeypatch.setattr(sqlweave_lm, "_load_llama", lambda *a, **k: sqlweave_lm._Loaded(oracle))
+    load_stand_in(monkeypatch, oracle)
     monkeypatch.setattr(llama_cpp, "Llama", lambda **kwargs: Oracle(gold, **kwargs))
-    monkeypatch.setattr(llama_cpp, "llama_perf_context_reset", lambda ctx: None)
-    monkeypatch.setattr(
-        llama_cpp,
-        "llama_perf_context",
-        lambda ctx: SimpleNamespace(n_p_eval=50, t_p_eval_ms=2.0, n_eval=3, t_eval_ms=1.0),
-    )
     out = tmp_path / "bench.json"
     argv = ["bench_lm.py", "--model", f"gguf:{gguf}", "--limit", "3", "--samples", "3"]
     monkeypatch.setattr(sys, "argv", [*argv, "--n-threads", "1", "--out", str(out)])

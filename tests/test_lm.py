@@ -18,6 +18,7 @@ import dspy
 import pytest
 from conftest import need_llama_cpp as _need_llama_cpp
 from conftest import sqlite_ddl as _ddl
+from conftest import stand_in_llama
 from dspy.lm15 import Config, Message, Request, Response, TextPart
 from dspy.lm15 import Usage as TokenUsage
 from dspy.utils import DummyLM
@@ -174,12 +175,8 @@ class FakeLlama:
 def fake_engine(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> tuple[LlamaCppEngine, FakeLlama]:
-    gguf = tmp_path / "fake.gguf"
-    gguf.write_bytes(b"GGUF")
     fake = FakeLlama()
-    loaded = sqlweave_lm._Loaded(fake)
-    monkeypatch.setattr(sqlweave_lm, "_load_llama", lambda *a, **k: loaded)
-    monkeypatch.setattr(sqlweave_lm, "_reset_perf", lambda llama: None)
+    spec = stand_in_llama(monkeypatch, tmp_path, fake)
     monkeypatch.setattr(
         sqlweave_lm,
         "_perf",
@@ -190,7 +187,7 @@ def fake_engine(
             "eval_tokens": 2,
         },
     )
-    return LlamaCppEngine(f"gguf:{gguf}"), fake
+    return LlamaCppEngine(spec), fake
 
 
 def test_lock_serialises_threads(fake_engine) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from conftest import need_llama_cpp as _need_llama_cpp
 from conftest import sqlite_ddl as _ddl
+from conftest import stand_in_llama
 from dspy.lm15 import Config, Message, Request
 
 from sqlweave import lm as sqlweave_lm
@@ -406,13 +407,8 @@ class BatchingLlama:
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[str, BatchingLlama]:
-    gguf = tmp_path / "fake.gguf"
-    gguf.write_bytes(b"GGUF")
     llama = BatchingLlama()
-    loaded = sqlweave_lm._Loaded(llama, key=("fake",))
-    monkeypatch.setattr(sqlweave_lm, "_load_llama", lambda *a, **k: loaded)
-    monkeypatch.setattr(sqlweave_lm, "_reset_perf", lambda llama: None)
-    return f"gguf:{gguf}", llama
+    return stand_in_llama(monkeypatch, tmp_path, llama, key=("fake",)), llama
 
 
 def _request(

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from conftest import need_llama_cpp as _need_llama_cpp
 from conftest import sqlite_ddl as _ddl
+from conftest import stand_in_llama
 from dspy.lm15 import Config, Message, Request
 
 from sqlweave import lm as sqlweave_lm
@@ -316,14 +317,10 @@ class RecordingLlama:
 
 @pytest.fixture
 def recording(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[str, RecordingLlama]:
-    gguf = tmp_path / "fake.gguf"
-    gguf.write_bytes(b"GGUF")
     fake = RecordingLlama()
-    loaded = sqlweave_lm._Loaded(fake)
-    monkeypatch.setattr(sqlweave_lm, "_load_llama", lambda *a, **k: loaded)
-    monkeypatch.setattr(sqlweave_lm, "_reset_perf", lambda llama: None)
+    spec = stand_in_llama(monkeypatch, tmp_path, fake)
     monkeypatch.delenv(LOOKUP_ENV, raising=False)
-    return f"gguf:{gguf}", fake
+    return spec, fake
 
 
 def _request(spec: str, temperature: float = 0.0) -> Request:

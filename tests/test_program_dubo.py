@@ -18,6 +18,7 @@ from pathlib import Path
 import dspy
 import numpy as np
 import pytest
+from conftest import spy_rollouts
 from dspy.utils import DummyLM
 
 from sqlweave import programs
@@ -200,14 +201,7 @@ def test_v1_no_call_for_retry_when_sql_runs(db: Database) -> None:
 def test_v1_samples_are_voted_with_the_draft_and_its_correction(db: Database) -> None:
     # greedy draft fails; two samples at temperature; the retry cannot fix the draft
     lm = DummyLM([{"sql": BAD}, {"sql": GOOD}, {"sql": GOOD}, {"corrected_sql": WORSE}])
-    sampled: list[tuple] = []
-    original_copy = lm.copy
-
-    def spy_copy(**kwargs):  # the samples run on copies of the LM (their own history)
-        sampled.append((kwargs.get("rollout_id"), kwargs.get("temperature")))
-        return original_copy(**kwargs)
-
-    lm.copy = spy_copy  # type: ignore[method-assign]
+    sampled = spy_rollouts(lm)  # the samples run on copies of the LM (their own history)
     with dspy.context(lm=lm):
         pred = DuboV1(samples=3, selector="vote")(question=QUESTION, db=db)
     assert len(lm.history) == 2  # the greedy draft and its retry

@@ -13,6 +13,7 @@ from typing import Any
 
 import dspy
 import pytest
+from conftest import spy_rollouts
 from dspy.utils import DummyLM
 
 from sqlweave import programs
@@ -175,14 +176,7 @@ def test_samples_are_voted_with_the_generation_and_the_draft(pool, db) -> None:
     # the greedy few-shot SQL fails; two samples at temperature run; the vote picks a sample
     program = MageSQL(strategy="pqgram", pool=pool, samples=3, selector="vote")
     lm = DummyLM([{"sql": EASY}, {"sql": "SELECT nope FROM singer"}, {"sql": EASY}, {"sql": EASY}])
-    sampled: list[tuple] = []
-    original_copy = lm.copy
-
-    def spy_copy(**kwargs):  # the samples run on copies of the LM (their own history)
-        sampled.append((kwargs.get("rollout_id"), kwargs.get("temperature")))
-        return original_copy(**kwargs)
-
-    lm.copy = spy_copy  # type: ignore[method-assign]
+    sampled = spy_rollouts(lm)  # the samples run on copies of the LM (their own history)
     with dspy.context(lm=lm):
         pred = program(question=QUESTION, db=db)
     assert len(lm.history) == 2  # the draft and the greedy generation

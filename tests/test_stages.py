@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dspy
 import pytest
+from conftest import spy_rollouts
 from dspy.utils import DummyLM
 
 from sqlweave.caches import CACHE, ProcessCache, open_database
@@ -203,14 +204,7 @@ def test_generator_keeps_garbage_as_text_and_merges_demos(db: Database) -> None:
 
 def test_sampler_draws_distinct_rollouts_with_the_greedy_one_first(db: Database) -> None:
     lm = DummyLM([{"sql": f"SELECT {i}"} for i in range(3)])
-    seen: list[tuple[object, object]] = []
-    original_copy = lm.copy
-
-    def spy_copy(**kwargs: object) -> object:
-        seen.append((kwargs.get("rollout_id"), kwargs.get("temperature")))
-        return original_copy(**kwargs)
-
-    lm.copy = spy_copy  # type: ignore[method-assign]
+    seen = spy_rollouts(lm)
     with dspy.context(lm=lm):
         cands = Sampler(Generator(), n=3, temperature=0.9)(
             db=db, dialect="sqlite", db_schema="", question="q", evidence=""

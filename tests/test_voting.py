@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dspy
 import pytest
+from conftest import spy_rollouts
 from dspy.utils import DummyLM
 
 from sqlweave.programs.direct import DirectSQL
@@ -88,14 +89,7 @@ def test_self_consistency_samples_distinct_rollouts_and_votes(db) -> None:
             {"sql": f"```sql\n{N_SINGERS_2}\n```"},
         ]
     )
-    seen: list[tuple] = []
-    original_copy = lm.copy
-
-    def spy_copy(**kwargs):
-        seen.append((kwargs.get("rollout_id"), kwargs.get("temperature")))
-        return original_copy(**kwargs)
-
-    lm.copy = spy_copy  # type: ignore[method-assign]
+    seen = spy_rollouts(lm)
     with dspy.context(lm=lm):
         pred = SelfConsistency(DirectSQL(), n=4, temperature=0.8)(
             db=db, question="How many singers are there?"
