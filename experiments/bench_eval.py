@@ -15,8 +15,8 @@ evaluators, not copied from them (neither is published on PyPI):
 * BIRD, ``evaluation.py``: on one fresh connection, the prediction then the gold, ``fetchall``,
   ``set(pred) == set(gold)``, under a 30 s thread timeout; any exception scores 0.
 
-Triples: every prediction the experiments wrote (``results/programs`` and ``results/compile``
-JSONL records), every bundled gold against itself (Spider dev, BIRD dev; ``--train`` adds Spider
+Triples: every prediction the experiments wrote (``results/programs``, ``results/compile`` and
+``results/protocol`` JSONL records), every bundled gold against itself (Spider dev, BIRD dev; ``--train`` adds Spider
 train), variants of Spider dev golds made for the issue-17 classes (DISTINCT next to a comment,
 spaced operators, a second statement, an empty or comment-only prediction, ``ORDER  BY``), and a
 few queries over 100,000 rows on a generated database. Each triple is scored under both official
@@ -188,6 +188,7 @@ def experiment_triples(paths: dict) -> list[dict[str, str]]:
     for name in sorted(
         glob.glob(str(RESULTS / "programs" / "*.jsonl"))
         + glob.glob(str(RESULTS / "compile" / "*.jsonl"))
+        + glob.glob(str(RESULTS / "protocol" / "*.jsonl"))
     ):
         for line in Path(name).read_text().splitlines():
             if not line.strip():

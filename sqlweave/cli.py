@@ -931,8 +931,9 @@ def demo(
 ) -> None:
     """The main job: compile on bundled train data, save, evaluate on bundled dev, ask once.
 
-    The compile is the switch search over ``direct``'s candidates (1 or 3, voted by execution),
-    the same code path as the README's compiled row, on a demo-sized validation set.
+    The compile is the switch search over ``weave``'s demos (none or two, with three candidates
+    voted by execution instead of eight): the code path of the README's headline row (``weave``
+    compiled by the search), at demo size, on a demo-sized validation set.
     """
     _setup_logging(verbose)
     from sqlweave.api import CompiledProgram
@@ -941,12 +942,12 @@ def demo(
     from sqlweave.optimizers import load_program
 
     workdir.mkdir(parents=True, exist_ok=True)
-    artefact = workdir / "direct.json"
+    artefact = workdir / "weave.json"
     typer.secho("1/3 compile", bold=True)
-    # The code path of the README's headline compile (direct + the switch search), at demo size:
-    # one and three candidates, the choice made on validation questions.
+    # The code path of the README's headline compile (weave + the switch search), at demo size:
+    # three candidates rather than eight, none or two demos chosen on validation questions.
     _compile(
-        program="direct",
+        program="weave",
         out=artefact,
         optimizer="search",
         train="spider",
@@ -956,10 +957,10 @@ def demo(
         seed=0,
         model=model,
         api_base=api_base,
-        switches=[],
+        switches=["samples=3"],
         n_val=n_val,
         trials=2,
-        space=["samples=1,3"],
+        space=["num_demos=0,2"],
         sampler="grid",
     )
     typer.secho("2/3 evaluate the saved program", bold=True)

@@ -291,19 +291,23 @@ def test_evaluate_killed_mid_run_resumes_without_gaps_or_repeats(
 
 
 def test_demo_compiles_by_switch_search_evaluates_and_asks(
-    dummy_model: dict, tmp_path: Path
+    dummy_model: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bundle = Path(__file__).resolve().parents[1] / "sqlweave" / "demo"
+    monkeypatch.setenv(
+        "SQLWEAVE_DATA", str(bundle)
+    )  # demo pools from the bundle, as on a fresh install
     dummy_model["lm"] = DummyLM({"": {"sql": "SELECT count(*) FROM singer"}})
     work = tmp_path / "demo"
     args = ["demo", "--workdir", str(work), "--data-root", str(bundle)]
     result = runner.invoke(app, [*args, "--n-train", "5", "--n-dev", "3"])
     assert result.exit_code == 0, result.output
-    assert "compiled direct with search" in result.output
-    assert "chose samples=" in result.output  # the switch search ran and said what it chose
+    assert "compiled weave with search" in result.output
+    assert "chose num_demos=" in result.output  # the switch search ran and said what it chose
     assert "3/3 ask the saved program" in result.output
-    meta = json.loads((work / "direct.json").read_text())["meta"]
-    assert meta["optimizer"] == "search" and meta["switches"]["samples"] in (1, 3)
+    meta = json.loads((work / "weave.json").read_text())["meta"]
+    assert meta["optimizer"] == "search" and meta["switches"]["num_demos"] in (0, 2)
+    assert meta["switches"]["samples"] == 3  # the fixed switch travels with the artefact
 
 
 def test_programs_lists_programs_switches_and_stages() -> None:
