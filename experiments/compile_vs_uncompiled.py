@@ -164,6 +164,18 @@ def summarize(args: argparse.Namespace, artefact: Path, compile_wall: float | No
     }
 
 
+def previous_compile_wall(summary_path: Path) -> float | None:
+    """The compile wall time an earlier summary recorded: a rerun that reuses the artefact (to add a
+    slice) compiles nothing, and must not erase what the compile cost."""
+    if not summary_path.exists():
+        return None
+    try:
+        previous = json.loads(summary_path.read_text()).get("compile") or {}
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    return previous.get("wall_seconds_this_invocation")
+
+
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}"
 
@@ -262,10 +274,8 @@ def main() -> None:
             _run(protocol_command(args, slice_name, None), env)
         _run(protocol_command(args, slice_name, artefact), env)
     out = RESULTS / f"{args.program}__{args.optimizer}__{model_tag(args.model)}.json"
-    if compile_wall is None and out.exists():
-        # A reused artefact keeps the wall time of the run that compiled it.
-        previous = json.loads(out.read_text()).get("compile") or {}
-        compile_wall = previous.get("wall_seconds_this_invocation")
+    if compile_wall is None:
+        compile_wall = previous_compile_wall(out)
     summary = summarize(args, artefact, compile_wall)
     out.write_text(json.dumps(summary, indent=1) + "\n")
     for slice_name, s in summary["slices"].items():

@@ -129,6 +129,15 @@ def test_summary_skips_a_slice_not_run_yet(cvu, tmp_path, monkeypatch):
     assert cvu.summarize(_args(), artefact, None)["slices"] == {}
 
 
+def test_a_reused_artefact_keeps_the_compile_wall_time(cvu, tmp_path):
+    summary = tmp_path / "pet__search__1.5b.json"
+    assert cvu.previous_compile_wall(summary) is None
+    summary.write_text(json.dumps({"compile": {"wall_seconds_this_invocation": 727.8}}))
+    assert cvu.previous_compile_wall(summary) == 727.8
+    summary.write_text("{not json")
+    assert cvu.previous_compile_wall(summary) is None
+
+
 def test_python_m_sqlweave_runs_the_cli():
     out = subprocess.run(
         [sys.executable, "-m", "sqlweave", "--help"], capture_output=True, text=True, timeout=120
