@@ -2,8 +2,11 @@
 
 A user install has no ../shared/data, yet `sqlweave demo` must run: the bundle keeps Spider's own
 layout (dev.json, train_spider.json, tables.json, database/<db>/<db>.sqlite) with every bundled dev
-question and database, plus the train questions of the smallest train databases. Deterministic:
-running it again gives the same files. Spider is CC BY-SA 4.0; PROVENANCE.md goes along.
+question and database, the train questions of the smallest train databases (the demo pool), and
+the train questions of the ``spider-train-val`` databases, so a compile on a fresh install
+validates on the same unseen databases as one on the full data. Every question keeps its id in the
+full set (``question_id``), so the committed slices resolve in the bundle. Deterministic: running
+it again gives the same files. Spider is CC BY-SA 4.0; PROVENANCE.md goes along.
 """
 
 from __future__ import annotations
@@ -45,18 +48,29 @@ def main() -> None:
     # Small databases with enough questions to bootstrap from.
     candidates = sorted((db for db in counts if counts[db] >= 20), key=lambda db: (sizes[db], db))
     train_dbs = sorted(candidates[: args.train_dbs])
+    slices = Path(__file__).resolve().parents[1] / "sqlweave" / "slices"
+    val_dbs = sorted(json.loads((slices / "spider-train-val.json").read_text())["databases"])
 
     if out.exists():
         shutil.rmtree(out)
     (out / "database").mkdir(parents=True)
-    for db in dev_dbs + train_dbs:
+    for db in dev_dbs + train_dbs + val_dbs:
         (out / "database" / db).mkdir()
         shutil.copy2(src / "database" / db / f"{db}.sqlite", out / "database" / db / f"{db}.sqlite")
-    keep = set(dev_dbs) | set(train_dbs)
-    (out / "dev.json").write_text(json.dumps([{k: q[k] for k in FIELDS} for q in dev], indent=1))
-    (out / "train_spider.json").write_text(
-        json.dumps([{k: q[k] for k in FIELDS} for q in train if q["db_id"] in train_dbs], indent=1)
-    )
+    keep = set(dev_dbs) | set(train_dbs) | set(val_dbs)
+
+    def kept(questions: list[dict], split: str, dbs: set[str]) -> list[dict]:
+        # The full set's id (spider_<split>_<index>), which load_spider reads back.
+        return [
+            {**{k: q[k] for k in FIELDS}, "question_id": f"spider_{split}_{i:04d}"}
+            for i, q in enumerate(questions)
+            if q["db_id"] in dbs
+        ]
+
+    (out / "dev.json").write_text(json.dumps(kept(dev, "dev", set(dev_dbs)), indent=1))
+    # The demo pool's questions first, in their old order; the validation databases' after them.
+    bundled_train = kept(train, "train", set(train_dbs)) + kept(train, "train", set(val_dbs))
+    (out / "train_spider.json").write_text(json.dumps(bundled_train, indent=1))
     (out / "tables.json").write_text(
         json.dumps([t for t in tables if t["db_id"] in keep], indent=1)
     )
@@ -67,10 +81,14 @@ def main() -> None:
         "`scripts/make_demo_bundle.py`: all bundled dev questions and their databases, and the train\n"
         f"questions of the {len(train_dbs)} smallest train databases with at least 20 questions:\n"
         + "".join(f"- {db}\n" for db in train_dbs)
+        + "\nand those of the `spider-train-val` databases (validation on databases no demo pool"
+        " holds):\n"
+        + "".join(f"- {db}\n" for db in val_dbs)
+        + "\nEvery question keeps its id in the full set (`question_id`).\n"
     )
-    n_train = sum(counts[db] for db in train_dbs)
     print(
-        f"dev: {len(dev)} questions on {len(dev_dbs)} dbs; train: {n_train} questions on {len(train_dbs)} dbs"
+        f"dev: {len(dev)} questions on {len(dev_dbs)} dbs; train: {len(bundled_train)} questions"
+        f" on {len(train_dbs) + len(val_dbs)} dbs"
     )
 
 

@@ -165,7 +165,9 @@ def load_spider(split: str = "dev", root: str | Path | None = None) -> list[dspy
 
     Layout (the official release): ``spider/{dev,train_spider,test}.json`` and
     ``spider/database/<db_id>/<db_id>.sqlite`` (test databases in ``test_database/`` when present).
-    ``question_id`` is ``spider_<split>_<index in file>``. ``difficulty`` is computed from the gold
+    ``question_id`` is ``spider_<split>_<index in file>``, or the item's own ``question_id`` when it
+    has one (a subset such as the package's demo bundle keeps the full set's ids, so the committed
+    slices resolve in it). ``difficulty`` is computed from the gold
     SQL with the official hardness rules, since the files carry none.
     """
     if split not in SPIDER_SPLITS:
@@ -196,7 +198,7 @@ def load_spider(split: str = "dev", root: str | Path | None = None) -> list[dspy
                 db_path=str(db_paths[db_id]),
                 gold_sql=gold,
                 difficulty=_hardness(gold),
-                question_id=f"spider_{split}_{i:04d}",
+                question_id=str(item.get("question_id") or f"spider_{split}_{i:04d}"),
                 source="spider",
                 split=split,
             )

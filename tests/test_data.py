@@ -142,6 +142,23 @@ def test_malformed_spider_file_names_file_and_problem(spider_root, tmp_path, tex
     assert "dev.json" in str(info.value)
 
 
+def test_spider_item_keeps_its_own_question_id(spider_root, tmp_path):
+    # A subset file (the package bundle) carries the full set's ids; items without one are
+    # numbered by position as in the official files.
+    items = [
+        {
+            "db_id": "concert_singer",
+            "question": "q",
+            "query": "SELECT 1",
+            "question_id": "spider_dev_0042",
+        },
+        {"db_id": "concert_singer", "question": "r", "query": "SELECT 2"},
+    ]
+    root = _spider_copy(spider_root, tmp_path, json.dumps(items))
+    got = [ex.question_id for ex in data.load_spider("dev", root=root)]
+    assert got == ["spider_dev_0042", "spider_dev_0001"]
+
+
 def test_unknown_split():
     with pytest.raises(DataError, match="unknown Spider split"):
         data.load_spider("validation")

@@ -43,3 +43,20 @@ def test_validation_databases_are_unseen_by_the_default_pool(data_root: Path) ->
     pool = default_pool("spider", root=data_root)
     assert pool and not {ex.db_id for ex in pool} & held
     assert not {ex.question_id for ex in pool} & {ex.question_id for ex in val}
+
+
+def test_the_package_bundle_resolves_the_spider_slices(data_root: Path) -> None:
+    """A fresh install has only the bundle: its questions keep their full-set ids, so the
+    committed slices resolve in it to the same questions, and a compile there validates on
+    ``spider-train-val``'s unseen databases as it does on the full data."""
+    from sqlweave.programs.pools import default_pool
+
+    bundle = Path(data.__file__).parent / "demo"
+    for name in ("spider-dev-200", "spider-train-val"):
+        bundled = data.load_slice(name, root=bundle)
+        full = data.load_slice(name, root=data_root)
+        assert [(e.question_id, e.question, e.db_id) for e in bundled] == [
+            (e.question_id, e.question, e.db_id) for e in full
+        ]
+    pool = default_pool("spider", root=bundle)
+    assert pool and not {ex.db_id for ex in pool} & data.demo_pool_exclusions()
