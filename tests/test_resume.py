@@ -336,6 +336,8 @@ def test_killed_switch_search_loses_at_most_one_trial(tmp_path: Path) -> None:
     env = {**os.environ, "CALL_LOG": str(log)}
     cmd = [sys.executable, "-c", KILLABLE_COMPILE, "compile", "--optimizer", "search"]
     cmd += ["--data-root", str(demo), "--n-train", "10", "--trials", "6", "--no-progress"]
+    # the bundle holds spider-train-val: its first two questions score each trial
+    cmd += ["--n-val", "2"]
     cmd += ["--space", "schema_layout=native,compact,pretty", "--space", "corrector=none,execution"]
     cmd += ["--out", str(out)]
     kills = (3, 7)
