@@ -17,6 +17,8 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+from sqlweave.data import demo_pool_exclusions
+
 FIELDS = ("db_id", "question", "query")
 
 
@@ -48,8 +50,10 @@ def main() -> None:
     # Small databases with enough questions to bootstrap from.
     candidates = sorted((db for db in counts if counts[db] >= 20), key=lambda db: (sizes[db], db))
     train_dbs = sorted(candidates[: args.train_dbs])
-    slices = Path(__file__).resolve().parents[1] / "sqlweave" / "slices"
-    val_dbs = sorted(json.loads((slices / "spider-train-val.json").read_text())["databases"])
+    # The databases every default demo pool holds out, read from the committed slice file.
+    val_dbs = sorted(demo_pool_exclusions())
+    if not val_dbs:
+        raise SystemExit("sqlweave/slices/spider-train-val.json names no databases")
 
     if out.exists():
         shutil.rmtree(out)

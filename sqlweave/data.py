@@ -82,7 +82,8 @@ def resolve_data_root(root: str | Path | None = None) -> Path:
     if bundled.is_dir():
         return bundled
     # A user install has no checkout beside it: fall back to the Spider demo bundle shipped in
-    # the package (all bundled dev questions, a small train subset; see scripts/make_demo_bundle.py).
+    # the package (all bundled dev questions, a small train pool and the spider-train-val
+    # databases' questions; see scripts/make_demo_bundle.py).
     packaged = Path(__file__).resolve().parent / "demo"
     if (packaged / "spider" / "dev.json").is_file():
         return packaged
