@@ -18,17 +18,11 @@ import pytest
 
 from sqlweave.db import Database
 
-#: The concert_singer database shipped inside the package (the demo bundle), present in every
-#: checkout and install, unlike ``../shared/data``.
-DEMO_CONCERT_DB = (
-    Path(__file__).resolve().parents[1]
-    / "sqlweave"
-    / "demo"
-    / "spider"
-    / "database"
-    / "concert_singer"
-    / "concert_singer.sqlite"
-)
+#: The Spider demo bundle shipped inside the package (a data root, as on a fresh install), present
+#: in every checkout and install, unlike ``../shared/data``.
+DEMO_ROOT = Path(__file__).resolve().parents[1] / "sqlweave" / "demo"
+#: Its concert_singer database.
+DEMO_CONCERT_DB = DEMO_ROOT / "spider" / "database" / "concert_singer" / "concert_singer.sqlite"
 
 
 @pytest.fixture(scope="session")

@@ -54,6 +54,7 @@ import types  # noqa: E402
 import dspy  # noqa: E402
 import pytest  # noqa: E402
 import typer  # noqa: E402
+from conftest import DEMO_ROOT  # noqa: E402
 from dspy.utils import DummyLM  # noqa: E402
 
 from sqlweave.cli import parse_switches  # noqa: E402
@@ -293,13 +294,11 @@ def test_evaluate_killed_mid_run_resumes_without_gaps_or_repeats(
 def test_demo_compiles_by_switch_search_evaluates_and_asks(
     dummy_model: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bundle = Path(__file__).resolve().parents[1] / "sqlweave" / "demo"
-    monkeypatch.setenv(
-        "SQLWEAVE_DATA", str(bundle)
-    )  # demo pools from the bundle, as on a fresh install
+    # demo pools from the bundle, as on a fresh install
+    monkeypatch.setenv("SQLWEAVE_DATA", str(DEMO_ROOT))
     dummy_model["lm"] = DummyLM({"": {"sql": "SELECT count(*) FROM singer"}})
     work = tmp_path / "demo"
-    args = ["demo", "--workdir", str(work), "--data-root", str(bundle)]
+    args = ["demo", "--workdir", str(work), "--data-root", str(DEMO_ROOT)]
     result = runner.invoke(app, [*args, "--n-train", "5", "--n-dev", "3"])
     assert result.exit_code == 0, result.output
     assert "compiled weave with search" in result.output

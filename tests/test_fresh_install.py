@@ -10,6 +10,7 @@ from pathlib import Path
 import dspy
 import pytest
 import torch
+from conftest import DEMO_ROOT as BUNDLE
 from dspy.utils import DummyLM
 
 from sqlweave import programs
@@ -24,7 +25,6 @@ from sqlweave.gnn.retriever import (
 from sqlweave.gnn.train import CHECKPOINT_FORMAT
 from sqlweave.programs import pools
 
-BUNDLE = Path(__file__).resolve().parents[1] / "sqlweave" / "demo"
 EASY = "SELECT count(*) FROM singer"
 QUESTION = "How many singers do we have?"
 #: One reply that fills every output field of every signature, so any program can run on it.

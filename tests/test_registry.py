@@ -9,6 +9,7 @@ from typing import Any
 
 import dspy
 import pytest
+from conftest import DEMO_ROOT as DEMO
 from dspy.teleprompt import Teleprompter
 from dspy.utils import DummyLM
 
@@ -28,7 +29,6 @@ from sqlweave.optimizers import (
     run_optimizer,
 )
 
-DEMO = Path(__file__).resolve().parents[1] / "sqlweave" / "demo"
 WRONG = "SELECT 1"
 
 

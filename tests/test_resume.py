@@ -14,6 +14,7 @@ from pathlib import Path
 
 import dspy
 import pytest
+from conftest import DEMO_ROOT
 from dspy.utils import DummyLM
 from typer.testing import CliRunner
 
@@ -330,12 +331,11 @@ def test_killed_switch_search_loses_at_most_one_trial(tmp_path: Path) -> None:
     of an uninterrupted search, and per kill at most one trial's calls made again (the
     checkpoint keeps every scored question, so in fact one question's)."""
     pytest.importorskip("optuna")
-    demo = Path(__file__).resolve().parents[1] / "sqlweave" / "demo"
     log = tmp_path / "calls.log"
     out = tmp_path / "searched.json"
     env = {**os.environ, "CALL_LOG": str(log)}
     cmd = [sys.executable, "-c", KILLABLE_COMPILE, "compile", "--optimizer", "search"]
-    cmd += ["--data-root", str(demo), "--n-train", "10", "--trials", "6", "--no-progress"]
+    cmd += ["--data-root", str(DEMO_ROOT), "--n-train", "10", "--trials", "6", "--no-progress"]
     # the bundle holds spider-train-val: its first two questions score each trial
     cmd += ["--n-val", "2"]
     cmd += ["--space", "schema_layout=native,compact,pretty", "--space", "corrector=none,execution"]

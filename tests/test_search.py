@@ -20,6 +20,7 @@ from typing import Any
 
 import dspy
 import pytest
+from conftest import DEMO_ROOT as DEMO
 from dspy.utils import DummyLM
 from typer.testing import CliRunner
 
@@ -38,7 +39,6 @@ from sqlweave.optimizers.search import check_space, default_space
 
 pytest.importorskip("optuna")
 
-DEMO = Path(__file__).resolve().parents[1] / "sqlweave" / "demo"
 RIGHT = "SELECT count(*) FROM singer"
 WRONG = "SELECT 1"
 #: In concert_singer's schema as the compact layout renders it, in neither native nor pretty.

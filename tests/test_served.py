@@ -24,12 +24,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import DEMO_ROOT as BUNDLE
 
 pytestmark = [pytest.mark.served, pytest.mark.lm]
 
 MODEL = "qwen2.5-coder-0.5b"
 SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context")
-BUNDLE = Path(__file__).resolve().parents[1] / "sqlweave" / "demo"
 N_QUESTIONS = 4
 # Compared fields: everything the model's answer decides (seconds and call timing differ).
 SAME = ("pred_sql", "correct", "error", "error_kind")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import DEMO_ROOT
 
 from sqlweave import data
 
@@ -51,12 +52,11 @@ def test_the_package_bundle_resolves_the_spider_slices(data_root: Path) -> None:
     ``spider-train-val``'s unseen databases as it does on the full data."""
     from sqlweave.programs.pools import default_pool
 
-    bundle = Path(data.__file__).parent / "demo"
     for name in ("spider-dev-200", "spider-train-val"):
-        bundled = data.load_slice(name, root=bundle)
+        bundled = data.load_slice(name, root=DEMO_ROOT)
         full = data.load_slice(name, root=data_root)
         assert [(e.question_id, e.question, e.db_id) for e in bundled] == [
             (e.question_id, e.question, e.db_id) for e in full
         ]
-    pool = default_pool("spider", root=bundle)
+    pool = default_pool("spider", root=DEMO_ROOT)
     assert pool and not {ex.db_id for ex in pool} & data.demo_pool_exclusions()
