@@ -167,9 +167,14 @@ def _row(summary: dict[str, Any]) -> str:
     if against:
         label += f"; vs uncompiled {100 * against['delta']:+.1f}, p {against['p']:.2g}"
     calls = usage.get("calls")
+    cached = usage.get("cached_calls") or 0.0
     secs = usage.get("wall_seconds")
     tokens = (usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0)
-    cost = f"{calls:.2f} | {tokens:,.0f} | {secs:.1f}" if calls is not None else "— | — | —"
+    cost = (
+        f"{calls:.2f} | {cached:.2f} | {tokens:,.0f} | {secs:.1f}"
+        if calls is not None
+        else "— | — | — | —"
+    )
     return f"| {label} | {summary['n']} | {ex:.1f} | [{low:.1f}, {high:.1f}] | {delta} | {p} | {cost} |"
 
 
@@ -184,9 +189,11 @@ def table() -> str:
         "",
         "Written by `python experiments/protocol.py --table` from the JSON summaries beside it. "
         "EX in %, 95% bootstrap interval; Δ vs naive is paired on the same questions (bootstrap "
-        "interval), p is McNemar's exact test. calls/q, tokens/q (prompt + completion) and s/q are "
-        "per question (s/q: wall seconds on this 2-core CPU machine, which other jobs shared "
-        "during some runs; DSPy cache hits cost ~0 s).",
+        "interval), p is McNemar's exact test. calls/q, cached/q (calls DSPy's cache answered "
+        "from an earlier run), tokens/q (prompt + completion, cold calls only) and s/q are per "
+        "question (s/q: wall seconds on this 2-core CPU machine, which other jobs shared during "
+        "some runs). A cache hit costs no tokens and ~0 s, so a row with cached calls understates "
+        "what a cold run costs.",
         "",
     ]
     for (slice_name, model), rows in sorted(groups.items()):
@@ -194,8 +201,9 @@ def table() -> str:
         lines += [
             f"## {slice_name}, {model}",
             "",
-            "| program | n | EX | 95% CI | Δ vs naive [95% CI] | p | calls/q | tokens/q | s/q |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| program | n | EX | 95% CI | Δ vs naive [95% CI] | p | calls/q | cached/q | tokens/q "
+            "| s/q |",
+            "|---|---|---|---|---|---|---|---|---|---|",
             *(_row(s) for s in rows),
             "",
         ]
