@@ -81,8 +81,10 @@ def test_configure_without_setting_default(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- engine state
 
 
-def test_engine_dump_and_load_state() -> None:
-    engine = LlamaCppEngine("local:qwen2.5-coder-0.5b", n_ctx=2048, n_threads=3, cache_dir="/tmp/c")
+def test_engine_dump_and_load_state(tmp_path: Path) -> None:
+    engine = LlamaCppEngine(
+        "local:qwen2.5-coder-0.5b", n_ctx=2048, n_threads=3, cache_dir=str(tmp_path / "c")
+    )
     state = engine.dump_state()
     assert state["spec"] == "local:qwen2.5-coder-0.5b" and "path" not in state
     again = LlamaCppEngine.load_state(state)
