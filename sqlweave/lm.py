@@ -30,15 +30,17 @@ sequence; the calls after it that ask for the same prompt and settings are answe
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextvars
 import ctypes
 import logging
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -790,6 +792,28 @@ class _Loaded:
 
 _LOADED: dict[tuple[Any, ...], _Loaded] = {}
 _LOADED_LOCK = threading.Lock()
+_OPEN_MODELS: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Every model :func:`_load_llama` built that is still alive, unloaded or not (an engine or a
+test may still hold one after :func:`unload_all`), for :func:`close_open_models`."""
+
+
+def close_open_models() -> None:
+    """Free every model this process loaded; run at interpreter exit.
+
+    llama-cpp-python frees a model in ``Llama.__del__``. A model still referenced when the
+    interpreter shuts down is collected after llama_cpp's ctypes bindings are torn down, and the
+    free prints ``Exception ignored in: Llama.__del__ … 'NoneType' object is not callable``.
+    Closing first, while the bindings exist, frees the memory cleanly; ``close`` is idempotent,
+    so the later ``__del__`` does nothing.
+    """
+    for llama in list(_OPEN_MODELS):
+        close = getattr(llama, "close", None)
+        if close is not None:
+            with suppress(Exception):
+                close()
+
+
+atexit.register(close_open_models)
 
 
 def _load_llama(
@@ -834,6 +858,7 @@ def _load_llama(
                 n_ctx,
                 n_threads,
             )
+            _OPEN_MODELS.add(llama)
             loaded = _Loaded(llama, key=key)
             _LOADED[key] = loaded
     return loaded

@@ -9,6 +9,7 @@ import threading
 import time
 import types
 import uuid
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -223,6 +224,38 @@ def test_model_loaded_once_per_file(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert first is second and len(created) == 1
     assert created[0]["n_threads"] == max(1, (os.cpu_count() or 1) - 1)
     assert created[0]["verbose"] is False
+
+
+def test_models_still_held_at_exit_are_closed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A model an engine still holds after ``unload_all`` is freed by the exit hook, once,
+    while llama_cpp's bindings exist (not by ``Llama.__del__`` during interpreter teardown)."""
+    closed: list[int] = []
+
+    class Llama:
+        def __init__(self, **kwargs: Any) -> None:
+            self.open = True
+
+        def close(self) -> None:
+            if self.open:
+                closed.append(id(self))
+            self.open = False
+
+    fake_module = types.ModuleType("llama_cpp")
+    fake_module.Llama = Llama  # type: ignore[attr-defined]
+    fake_module.LlamaRAMCache = object  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "llama_cpp", fake_module)
+    monkeypatch.setattr(sqlweave_lm, "_LOADED", {})
+    monkeypatch.setattr(sqlweave_lm, "_OPEN_MODELS", weakref.WeakSet())
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    held = LlamaCppEngine(f"gguf:{gguf}", n_ctx=512)._loaded().llama
+    sqlweave_lm.unload_all()
+    assert held.open
+    sqlweave_lm.close_open_models()
+    sqlweave_lm.close_open_models()
+    assert not held.open and closed == [id(held)]
 
 
 def test_engine_through_dspy_predict_n_and_accounting(fake_engine) -> None:
