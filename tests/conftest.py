@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import sqlite3
+import sys
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -114,6 +116,22 @@ def stand_in_llama(
     loaded = sqlweave_lm._Loaded(llama, key=key)
     monkeypatch.setattr(sqlweave_lm, "_load_llama", lambda *a, **k: loaded)
     monkeypatch.setattr(sqlweave_lm, "_reset_perf", lambda llama: None)
+    return f"gguf:{gguf}"
+
+
+def fake_llama_cpp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, llama_class: type) -> str:
+    """Install a ``llama_cpp`` module whose ``Llama`` is ``llama_class``, so the real
+    :func:`sqlweave.lm._load_llama` runs without a model: empties the loaded-model registry,
+    writes a placeholder GGUF file and returns its ``gguf:`` spec."""
+    from sqlweave import lm as sqlweave_lm
+
+    fake_module = types.ModuleType("llama_cpp")
+    fake_module.Llama = llama_class  # type: ignore[attr-defined]
+    fake_module.LlamaRAMCache = object  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "llama_cpp", fake_module)
+    monkeypatch.setattr(sqlweave_lm, "_LOADED", {})
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
     return f"gguf:{gguf}"
 
 

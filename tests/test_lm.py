@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import sys
 import threading
 import time
-import types
 import uuid
 import weakref
 from collections.abc import Sequence
@@ -17,9 +15,9 @@ from typing import Any
 
 import dspy
 import pytest
+from conftest import fake_llama_cpp, stand_in_llama
 from conftest import need_llama_cpp as _need_llama_cpp
 from conftest import sqlite_ddl as _ddl
-from conftest import stand_in_llama
 from dspy.lm15 import Config, Message, Request, Response, TextPart
 from dspy.lm15 import Usage as TokenUsage
 from dspy.utils import DummyLM
@@ -212,15 +210,9 @@ def test_model_loaded_once_per_file(monkeypatch: pytest.MonkeyPatch, tmp_path: P
         def __init__(self, **kwargs: Any) -> None:
             created.append(kwargs)
 
-    fake_module = types.ModuleType("llama_cpp")
-    fake_module.Llama = Llama  # type: ignore[attr-defined]
-    fake_module.LlamaRAMCache = object  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "llama_cpp", fake_module)
-    monkeypatch.setattr(sqlweave_lm, "_LOADED", {})
-    gguf = tmp_path / "m.gguf"
-    gguf.write_bytes(b"GGUF")
-    first = LlamaCppEngine(f"gguf:{gguf}", n_ctx=512)._loaded()
-    second = LlamaCppEngine(f"gguf:{gguf}", n_ctx=512)._loaded()
+    spec = fake_llama_cpp(monkeypatch, tmp_path, Llama)
+    first = LlamaCppEngine(spec, n_ctx=512)._loaded()
+    second = LlamaCppEngine(spec, n_ctx=512)._loaded()
     assert first is second and len(created) == 1
     assert created[0]["n_threads"] == max(1, (os.cpu_count() or 1) - 1)
     assert created[0]["verbose"] is False
@@ -242,15 +234,9 @@ def test_models_still_held_at_exit_are_closed(
                 closed.append(id(self))
             self.open = False
 
-    fake_module = types.ModuleType("llama_cpp")
-    fake_module.Llama = Llama  # type: ignore[attr-defined]
-    fake_module.LlamaRAMCache = object  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "llama_cpp", fake_module)
-    monkeypatch.setattr(sqlweave_lm, "_LOADED", {})
+    spec = fake_llama_cpp(monkeypatch, tmp_path, Llama)
     monkeypatch.setattr(sqlweave_lm, "_OPEN_MODELS", weakref.WeakSet())
-    gguf = tmp_path / "m.gguf"
-    gguf.write_bytes(b"GGUF")
-    held = LlamaCppEngine(f"gguf:{gguf}", n_ctx=512)._loaded().llama
+    held = LlamaCppEngine(spec, n_ctx=512)._loaded().llama
     sqlweave_lm.unload_all()
     assert held.open
     sqlweave_lm.close_open_models()

@@ -9,17 +9,15 @@ marked ``lm``.
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
 import dspy
 import numpy as np
 import pytest
+from conftest import fake_llama_cpp, stand_in_llama
 from conftest import need_llama_cpp as _need_llama_cpp
 from conftest import sqlite_ddl as _ddl
-from conftest import stand_in_llama
 from dspy.lm15 import Config, Message, Request
 
 from sqlweave import lm as sqlweave_lm
@@ -418,14 +416,8 @@ def test_loaded_model_is_the_decoding_class(monkeypatch, tmp_path: Path) -> None
         def __init__(self, **kwargs: Any) -> None:
             self.kwargs = kwargs
 
-    fake_module = types.ModuleType("llama_cpp")
-    fake_module.Llama = Llama  # type: ignore[attr-defined]
-    fake_module.LlamaRAMCache = object  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "llama_cpp", fake_module)
-    monkeypatch.setattr(sqlweave_lm, "_LOADED", {})
-    gguf = tmp_path / "m.gguf"
-    gguf.write_bytes(b"GGUF")
-    llama = LlamaCppEngine(f"gguf:{gguf}", n_ctx=512)._loaded().llama
+    spec = fake_llama_cpp(monkeypatch, tmp_path, Llama)
+    llama = LlamaCppEngine(spec, n_ctx=512)._loaded().llama
     assert isinstance(llama, Llama) and isinstance(llama, sqlweave_lm._DecodingLlama)
     assert llama.kwargs["n_ctx"] == 512 and len(llama.prompt_states) == 0
 
