@@ -807,10 +807,8 @@ def close_open_models() -> None:
     so the later ``__del__`` does nothing.
     """
     for llama in list(_OPEN_MODELS):
-        close = getattr(llama, "close", None)
-        if close is not None:
-            with suppress(Exception):
-                close()
+        with suppress(Exception):  # at exit, a model that will not close must not stop the rest
+            llama.close()
 
 
 atexit.register(close_open_models)

@@ -12,6 +12,7 @@ import os
 import sqlite3
 import sys
 import types
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -121,8 +122,9 @@ def stand_in_llama(
 
 def fake_llama_cpp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, llama_class: type) -> str:
     """Install a ``llama_cpp`` module whose ``Llama`` is ``llama_class``, so the real
-    :func:`sqlweave.lm._load_llama` runs without a model: empties the loaded-model registry,
-    writes a placeholder GGUF file and returns its ``gguf:`` spec."""
+    :func:`sqlweave.lm._load_llama` runs without a model: gives the test its own loaded-model
+    registries (so its stand-ins never reach the real exit hook), writes a placeholder GGUF file
+    and returns its ``gguf:`` spec."""
     from sqlweave import lm as sqlweave_lm
 
     fake_module = types.ModuleType("llama_cpp")
@@ -130,6 +132,7 @@ def fake_llama_cpp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, llama_class:
     fake_module.LlamaRAMCache = object  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "llama_cpp", fake_module)
     monkeypatch.setattr(sqlweave_lm, "_LOADED", {})
+    monkeypatch.setattr(sqlweave_lm, "_OPEN_MODELS", weakref.WeakSet())
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     return f"gguf:{gguf}"

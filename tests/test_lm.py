@@ -7,7 +7,6 @@ import sqlite3
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -235,7 +234,6 @@ def test_models_still_held_at_exit_are_closed(
             self.open = False
 
     spec = fake_llama_cpp(monkeypatch, tmp_path, Llama)
-    monkeypatch.setattr(sqlweave_lm, "_OPEN_MODELS", weakref.WeakSet())
     held = LlamaCppEngine(spec, n_ctx=512)._loaded().llama
     sqlweave_lm.unload_all()
     assert held.open
