@@ -417,7 +417,11 @@ def test_bad_timeouts_are_rejected(guarded: tuple[Database, Path, str], timeout_
 
 
 def test_parse_time_counts_inside_the_timeout(guarded: tuple[Database, Path, str]) -> None:
-    """An OR chain just under the length cap: parse + run stays within timeout + 1 s."""
+    """An OR chain just under the length cap: parse + run stays within timeout + 1 s.
+
+    The timeout (10 ms) is below the parse alone (~50 ms with sqlglot's compiled extensions,
+    ~120 ms without), so the verdict is a timeout only if parsing counts against it.
+    """
     db, _, _ = guarded
     sql = "SELECT count(*) FROM singer WHERE Singer_ID = 0"
     n = 1
@@ -425,9 +429,9 @@ def test_parse_time_counts_inside_the_timeout(guarded: tuple[Database, Path, str
         sql += f" OR Singer_ID = {n}"
         n += 1
     start = time.monotonic()
-    outcome = db.try_execute(sql, timeout_s=0.05, use_cache=False)
+    outcome = db.try_execute(sql, timeout_s=0.01, use_cache=False)
     elapsed = time.monotonic() - start
-    assert elapsed <= 0.05 + 1.0
+    assert elapsed <= 0.01 + 1.0
     assert isinstance(outcome, ExecutionError) and outcome.kind == "timeout", outcome
     # Over the cap: refused at once, before any parsing.
     start = time.monotonic()
