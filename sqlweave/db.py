@@ -57,8 +57,9 @@ DEFAULT_MAX_ROWS = 10_000
 #: Largest result (sum of value sizes) a query may return; larger results are truncated.
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
-#: Longest SQL text accepted. Parsing is linear but slow in Python (~8 µs a character), so this
-#: also bounds the parse time that counts against the timeout to well under a second.
+#: Longest SQL text accepted. Parsing is linear (a 50,000-character OR chain: ~0.05 s with
+#: sqlglot's compiled extension, ~0.12 s in pure Python), so this also bounds the parse time that
+#: counts against the timeout to well under a second.
 MAX_SQL_CHARS = 50_000
 #: Deepest nesting of parentheses and CASE expressions accepted. sqlglot's recursive-descent
 #: parser overflows Python's stack at about 45 levels; real queries stay under 10.
