@@ -99,13 +99,24 @@ class Generator(dspy.Predict):
     program (a user-configured adapter still wins).
     """
 
-    def __init__(self, signature: Any = None, field: str = "sql", **config: Any) -> None:
+    def __init__(
+        self, signature: Any = None, field: str = "sql", layout: str | None = None, **config: Any
+    ) -> None:
         if signature is None:
             from sqlweave.signatures import GenerateSQL
 
             signature = GenerateSQL
+        if layout is not None:
+            from sqlweave.adapter import SQL_LAYOUTS
+
+            if layout not in SQL_LAYOUTS:
+                raise ValueError(
+                    f"unknown prompt layout {layout!r}; choose one of {', '.join(SQL_LAYOUTS)}"
+                )
         super().__init__(signature, **config)
         self.field = field
+        #: The prompt layout of sqlweave's adapter for this predictor (None: the adapter's own).
+        self.layout = layout
 
     def forward(self, **kwargs: Any) -> dspy.Prediction:
         from dspy.utils.exceptions import AdapterParseError
@@ -116,7 +127,7 @@ class Generator(dspy.Predict):
         extra = kwargs.pop("demos", None)
         if extra:
             kwargs["demos"] = [*self.demos, *extra]
-        with use_default_adapter():
+        with use_default_adapter(self.layout):
             try:
                 out = super().forward(**kwargs)
                 raw = str(getattr(out, self.field, "") or "")

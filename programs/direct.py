@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dspy
 
+from sqlweave.adapter import SQL_LAYOUTS
 from sqlweave.db import Database
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
@@ -30,6 +31,10 @@ class DirectSQL(SQLProgram):
     best of the three as one greedy call on both validation samples of ``spider-train-val``
     (first 60: 65.0 vs native 61.7; the switch search's first 40: 65.0 vs 62.5), chosen there
     before any dev run of it.
+    ``prompt_layout``: ``script`` (sqlweave's SQL-script prompt: the schema, then the instructions
+    and the question as ``--`` comments, as every program writes it) or ``chat`` (a system
+    message and a ``Question:`` line, the way ``naive``'s hand-written prompt is laid out); see
+    :mod:`sqlweave.adapter`.
     ``linker`` (default ``none``), ``samples`` / ``temperature`` / ``selector`` (default one
     greedy call; the selector is used only with ``samples > 1``) and ``corrector`` (default
     ``none``; ``execution`` fixes SQL that fails or returns nothing, one round) are stages of
@@ -43,6 +48,7 @@ class DirectSQL(SQLProgram):
     def __init__(
         self,
         schema_layout: str = "compact",
+        prompt_layout: str = "script",
         linker: str | dspy.Module = "none",
         samples: int = 1,
         temperature: float = 0.7,
@@ -54,17 +60,23 @@ class DirectSQL(SQLProgram):
                 f"unknown schema_layout {schema_layout!r}; "
                 f"choose one of {', '.join(self.SCHEMA_LAYOUTS)}"
             )
+        if prompt_layout not in SQL_LAYOUTS:
+            raise ValueError(
+                f"unknown prompt_layout {prompt_layout!r}; choose one of {', '.join(SQL_LAYOUTS)}"
+            )
         if not isinstance(samples, int) or samples < 1:
             raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
         super().__init__(
             schema_layout=schema_layout,
+            prompt_layout=prompt_layout,
             samples=samples,
             temperature=temperature,
             **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
         )
         self.schema_layout = schema_layout
         self.samples = samples
-        self.generate = Generator(GenerateSQL)
+        self.prompt_layout = prompt_layout
+        self.generate = Generator(GenerateSQL, layout=prompt_layout)
         self.sampler = Sampler(self.generate, n=samples, temperature=float(temperature))
         self.linker = stage_registry.build("linker", linker)
         self.selector = stage_registry.build("selector", selector)

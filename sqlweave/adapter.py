@@ -22,6 +22,11 @@ words as a system message scored 28 against 38 for the script layout; a longer i
 told the model to "join through the listed foreign keys" made it join tables the question does not
 need. Over the whole 100, the old layout scored 39 and the script layout with SQLite's own DDL 53.
 
+``SQLAdapter(layout="chat")`` lays a SQL prompt out as a chat instead, the way a user writes one
+by hand (``naive``'s reference script): the instructions and the dialect as a system message; one
+user turn with the schema, a blank line, every other input as ``Label: text`` and
+``Question: <question>`` last. ``direct``'s ``prompt_layout`` switch chooses between the two.
+
 For any other **text** output: system = instructions; user = each input as a labelled block, the
 question last, then one line asking for the output alone.
 
@@ -94,18 +99,26 @@ def _comment(text: str) -> str:
 _SCHEMA_FIELDS = ("db_schema", "schema")
 
 
+#: How a SQL-writing prompt is laid out: a SQL script (schema, then ``--`` comments) or a chat.
+SQL_LAYOUTS = ("script", "chat")
+
+
 class SQLAdapter(ChatAdapter):
     """Plain prompts for single-text-output signatures; ChatAdapter (no JSON retry) otherwise.
 
     ``prefill``: ``"auto"`` prefills ``SELECT`` for SQL outputs when the LM runs on sqlweave's
     local engine (the only engine here that continues a partial assistant turn), ``True`` always,
-    ``False`` never.
+    ``False`` never. ``layout``: ``"script"`` (the default) or ``"chat"`` for SQL outputs (see
+    the module docstring).
     """
 
-    def __init__(self, prefill: bool | str = "auto", **kwargs: Any) -> None:
+    def __init__(self, prefill: bool | str = "auto", layout: str = "script", **kwargs: Any) -> None:
+        if layout not in SQL_LAYOUTS:
+            raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(SQL_LAYOUTS)}")
         kwargs.setdefault("use_json_adapter_fallback", False)
         super().__init__(**kwargs)
         self.prefill = prefill
+        self.layout = layout
 
     def _wants_prefill(self, lm: Any, signature: type[Signature]) -> bool:
         output = _text_output(signature)
@@ -147,25 +160,27 @@ class SQLAdapter(ChatAdapter):
     ) -> list[dict[str, str]]:
         output = _text_output(signature) or ""
         sql = _is_sql_field(output)
+        chat = sql and self.layout == "chat"
         messages: list[dict[str, str]] = []
         if not sql:
             messages.append({"role": "system", "content": signature.instructions.strip()})
+        elif chat:
+            messages.append({"role": "system", "content": self._chat_system(signature, inputs)})
+
+        def block_of(values: Any, final: bool) -> str:
+            if chat:
+                return self._chat_block(signature, values)
+            if sql:
+                return self._sql_block(signature, values, instructions=final)
+            return self._user_block(signature, values)
+
         for demo in demos:
             answer = demo.get(output) if hasattr(demo, "get") else None
             if not answer:
                 continue
-            block = (
-                self._sql_block(signature, demo, instructions=False)
-                if sql
-                else self._user_block(signature, demo)
-            )
-            messages.append({"role": "user", "content": block})
+            messages.append({"role": "user", "content": block_of(demo, False)})
             messages.append({"role": "assistant", "content": str(answer).strip()})
-        block = (
-            self._sql_block(signature, inputs, instructions=True)
-            if sql
-            else self._user_block(signature, inputs)
-        )
+        block = block_of(inputs, True)
         messages.append({"role": "user", "content": block})
         if prefill:
             messages.append({"role": "assistant", "content": "SELECT"})
@@ -217,6 +232,44 @@ class SQLAdapter(ChatAdapter):
         parts.append("\n".join(comments))
         return "\n\n".join(parts) + "\n"
 
+    @staticmethod
+    def _engine(values: Any) -> str:
+        get = values.get if hasattr(values, "get") else (lambda key, default=None: default)
+        dialect = str(get("dialect", "") or "").strip()
+        return DIALECT_LABELS.get(dialect.lower(), dialect) if dialect else "SQL"
+
+    def _chat_system(self, signature: type[Signature], values: Any) -> str:
+        """The chat layout's system message: the instructions, then the dialect to write."""
+        text = signature.instructions.strip()
+        return f"{text}\nThe query must run on {self._engine(values)}.".strip()
+
+    def _chat_block(self, signature: type[Signature], values: Any) -> str:
+        """The chat layout's user turn: the schema, a blank line, other inputs labelled, the
+        question last (``naive``'s reference prompt, with any further inputs between)."""
+        get = values.get if hasattr(values, "get") else (lambda key, default=None: default)
+        parts = [
+            text
+            for name in signature.input_fields
+            if name in _SCHEMA_FIELDS and (text := _present(get(name, None)))
+        ]
+        lines: list[str] = []
+        names = [
+            n
+            for n in signature.input_fields
+            if n not in ("dialect", "question") and n not in _SCHEMA_FIELDS
+        ]
+        if "question" in signature.input_fields:
+            names.append("question")
+        for name in names:
+            text = _present(get(name, None))
+            if text:
+                lines.append(
+                    f"{_label(name)}:\n{text}" if "\n" in text else f"{_label(name)}: {text}"
+                )
+        if lines:
+            parts.append("\n".join(lines))
+        return "\n\n".join(parts)
+
     def _user_block(self, signature: type[Signature], values: Any) -> str:
         output = _text_output(signature) or ""
         get = values.get if hasattr(values, "get") else (lambda key, default=None: default)
@@ -245,15 +298,28 @@ class SQLAdapter(ChatAdapter):
         return {output: field_body(text, prefer=output).strip()}
 
 
-def default_adapter() -> SQLAdapter:
+def default_adapter(layout: str = "script") -> SQLAdapter:
     """The adapter sqlweave programs use when the caller configured none."""
-    return SQLAdapter()
+    adapter = SQLAdapter(layout=layout)
+    adapter.sqlweave_default = True  # type: ignore[attr-defined]
+    return adapter
 
 
-def use_default_adapter() -> Any:
-    """A context manager installing :class:`SQLAdapter` unless the user set an adapter."""
+def use_default_adapter(layout: str | None = None) -> Any:
+    """A context manager installing :class:`SQLAdapter` unless the user set an adapter.
+
+    ``layout`` (a generator's own, e.g. ``direct``'s ``prompt_layout``) replaces the layout of
+    sqlweave's default adapter; an adapter the user configured is never replaced.
+    """
     import contextlib
 
-    if dspy.settings.adapter is not None:
-        return contextlib.nullcontext()
-    return dspy.context(adapter=default_adapter())
+    current = dspy.settings.adapter
+    if current is None:
+        return dspy.context(adapter=default_adapter(layout or "script"))
+    if (
+        layout is not None
+        and getattr(current, "sqlweave_default", False)
+        and getattr(current, "layout", None) != layout
+    ):
+        return dspy.context(adapter=default_adapter(layout))
+    return contextlib.nullcontext()

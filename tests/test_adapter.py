@@ -108,3 +108,42 @@ def test_default_adapter_yields_to_a_user_adapter():
     mine = dspy.JSONAdapter()
     with dspy.context(adapter=mine), use_default_adapter():
         assert dspy.settings.adapter is mine
+
+
+def test_chat_layout_is_a_system_message_and_a_question_line():
+    inputs = {**INPUTS, "evidence": "singer means a row of singer"}
+    messages = SQLAdapter(layout="chat")._plain_messages(GenerateSQL, [], inputs, prefill=True)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant"]
+    system, user = messages[0]["content"], messages[1]["content"]
+    assert system.startswith(GenerateSQL.instructions.strip())
+    assert system.endswith("The query must run on SQLite.")
+    assert user == (
+        "CREATE TABLE singer (\n  name TEXT\n);\n\n"
+        "Evidence (external knowledge): singer means a row of singer\n"
+        "Question: How many singers are there?"
+    )
+    assert "--" not in user
+    assert messages[-1] == {"role": "assistant", "content": "SELECT"}
+
+
+def test_chat_layout_demos_are_turns_without_the_system_message_repeated():
+    demo = dspy.Example(**{**INPUTS, "question": "List names.", "sql": "SELECT name FROM singer"})
+    messages = SQLAdapter(layout="chat")._plain_messages(GenerateSQL, [demo], INPUTS, prefill=False)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[1]["content"].endswith("Question: List names.")
+    assert messages[2]["content"] == "SELECT name FROM singer"
+
+
+def test_unknown_layout_is_refused():
+    with pytest.raises(ValueError, match="layout"):
+        SQLAdapter(layout="prose")
+
+
+def test_a_generator_layout_replaces_only_sqlweaves_own_adapter():
+    with use_default_adapter():
+        with use_default_adapter("chat"):
+            assert dspy.settings.adapter.layout == "chat"
+        assert dspy.settings.adapter.layout == "script"
+    mine = SQLAdapter(layout="script")
+    with dspy.context(adapter=mine), use_default_adapter("chat"):
+        assert dspy.settings.adapter is mine

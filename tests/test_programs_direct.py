@@ -130,3 +130,23 @@ def test_direct_rejects_bad_stage_switches() -> None:
         programs.get("direct", corrector="magic")
     with pytest.raises(ValueError, match="samples"):
         programs.get("direct", samples=0)
+
+
+def test_direct_chat_layout_sends_a_question_line_not_a_script(db: Database) -> None:
+    lm = DummyLM([{"sql": "SELECT count(*) FROM singer"}])
+    with dspy.context(lm=lm):
+        pred = programs.get("direct", prompt_layout="chat")(question="How many singers?", db=db)
+    assert pred.sql == "SELECT count(*) FROM singer"
+    messages = lm.history[-1]["messages"]
+    assert messages[0]["role"] == "system" and "SQLite" in messages[0]["content"]
+    user = messages[1]["content"]
+    assert user.startswith("CREATE TABLE") and user.endswith("Question: How many singers?")
+    assert "-- Using valid" not in user
+    # the default stays the SQL-script layout
+    plain = DummyLM([{"sql": "SELECT 1"}])
+    with dspy.context(lm=plain):
+        programs.get("direct")(question="How many singers?", db=db)
+    script = plain.history[-1]["messages"]
+    assert script[0]["role"] == "user" and "-- Using valid SQLite" in script[0]["content"]
+    with pytest.raises(ValueError, match="prompt_layout"):
+        programs.get("direct", prompt_layout="prose")
