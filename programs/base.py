@@ -100,7 +100,12 @@ class Generator(dspy.Predict):
     """
 
     def __init__(
-        self, signature: Any = None, field: str = "sql", layout: str | None = None, **config: Any
+        self,
+        signature: Any = None,
+        field: str = "sql",
+        layout: str | None = None,
+        prefill: bool | None = None,
+        **config: Any,
     ) -> None:
         if signature is None:
             from sqlweave.signatures import GenerateSQL
@@ -117,6 +122,8 @@ class Generator(dspy.Predict):
         self.field = field
         #: The prompt layout of sqlweave's adapter for this predictor (None: the adapter's own).
         self.layout = layout
+        #: False: never prefill ``SELECT`` for this predictor (None: the adapter's own setting).
+        self.prefill = None if prefill is None else ("auto" if prefill else False)
 
     def forward(self, **kwargs: Any) -> dspy.Prediction:
         from dspy.utils.exceptions import AdapterParseError
@@ -127,7 +134,7 @@ class Generator(dspy.Predict):
         extra = kwargs.pop("demos", None)
         if extra:
             kwargs["demos"] = [*self.demos, *extra]
-        with use_default_adapter(self.layout):
+        with use_default_adapter(self.layout, self.prefill):
             try:
                 out = super().forward(**kwargs)
                 raw = str(getattr(out, self.field, "") or "")

@@ -34,7 +34,8 @@ class DirectSQL(SQLProgram):
     ``prompt_layout``: ``script`` (sqlweave's SQL-script prompt: the schema, then the instructions
     and the question as ``--`` comments, as every program writes it) or ``chat`` (a system
     message and a ``Question:`` line, the way ``naive``'s hand-written prompt is laid out); see
-    :mod:`sqlweave.adapter`.
+    :mod:`sqlweave.adapter`. ``prefill`` (default on): the answer starts with a prefilled
+    ``SELECT`` on the local llama.cpp engine (other engines cannot continue a turn).
     ``linker`` (default ``none``), ``samples`` / ``temperature`` / ``selector`` (default one
     greedy call; the selector is used only with ``samples > 1``) and ``corrector`` (default
     ``none``; ``execution`` fixes SQL that fails or returns nothing, one round) are stages of
@@ -49,6 +50,7 @@ class DirectSQL(SQLProgram):
         self,
         schema_layout: str = "compact",
         prompt_layout: str = "script",
+        prefill: bool = True,
         linker: str | dspy.Module = "none",
         samples: int = 1,
         temperature: float = 0.7,
@@ -69,6 +71,7 @@ class DirectSQL(SQLProgram):
         super().__init__(
             schema_layout=schema_layout,
             prompt_layout=prompt_layout,
+            prefill=bool(prefill),
             samples=samples,
             temperature=temperature,
             **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
@@ -76,7 +79,7 @@ class DirectSQL(SQLProgram):
         self.schema_layout = schema_layout
         self.samples = samples
         self.prompt_layout = prompt_layout
-        self.generate = Generator(GenerateSQL, layout=prompt_layout)
+        self.generate = Generator(GenerateSQL, layout=prompt_layout, prefill=bool(prefill))
         self.sampler = Sampler(self.generate, n=samples, temperature=float(temperature))
         self.linker = stage_registry.build("linker", linker)
         self.selector = stage_registry.build("selector", selector)

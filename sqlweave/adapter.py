@@ -298,28 +298,30 @@ class SQLAdapter(ChatAdapter):
         return {output: field_body(text, prefer=output).strip()}
 
 
-def default_adapter(layout: str = "script") -> SQLAdapter:
+def default_adapter(layout: str = "script", prefill: bool | str = "auto") -> SQLAdapter:
     """The adapter sqlweave programs use when the caller configured none."""
-    adapter = SQLAdapter(layout=layout)
+    adapter = SQLAdapter(prefill=prefill, layout=layout)
     adapter.sqlweave_default = True  # type: ignore[attr-defined]
     return adapter
 
 
-def use_default_adapter(layout: str | None = None) -> Any:
+def use_default_adapter(layout: str | None = None, prefill: bool | str | None = None) -> Any:
     """A context manager installing :class:`SQLAdapter` unless the user set an adapter.
 
-    ``layout`` (a generator's own, e.g. ``direct``'s ``prompt_layout``) replaces the layout of
-    sqlweave's default adapter; an adapter the user configured is never replaced.
+    ``layout`` and ``prefill`` (a generator's own, e.g. ``direct``'s ``prompt_layout``) replace
+    those of sqlweave's default adapter; an adapter the user configured is never replaced.
     """
     import contextlib
 
     current = dspy.settings.adapter
     if current is None:
-        return dspy.context(adapter=default_adapter(layout or "script"))
-    if (
-        layout is not None
-        and getattr(current, "sqlweave_default", False)
-        and getattr(current, "layout", None) != layout
-    ):
-        return dspy.context(adapter=default_adapter(layout))
+        return dspy.context(
+            adapter=default_adapter(layout or "script", "auto" if prefill is None else prefill)
+        )
+    if not getattr(current, "sqlweave_default", False):
+        return contextlib.nullcontext()
+    want_layout = current.layout if layout is None else layout
+    want_prefill = current.prefill if prefill is None else prefill
+    if (want_layout, want_prefill) != (current.layout, current.prefill):
+        return dspy.context(adapter=default_adapter(want_layout, want_prefill))
     return contextlib.nullcontext()

@@ -147,3 +147,11 @@ def test_a_generator_layout_replaces_only_sqlweaves_own_adapter():
     mine = SQLAdapter(layout="script")
     with dspy.context(adapter=mine), use_default_adapter("chat"):
         assert dspy.settings.adapter is mine
+
+
+def test_a_generator_can_turn_the_prefill_off_for_itself_only():
+    with use_default_adapter():
+        with use_default_adapter(prefill=False):
+            assert dspy.settings.adapter.prefill is False
+            assert dspy.settings.adapter.layout == "script"
+        assert dspy.settings.adapter.prefill == "auto"

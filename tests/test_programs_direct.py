@@ -150,3 +150,17 @@ def test_direct_chat_layout_sends_a_question_line_not_a_script(db: Database) -> 
     assert script[0]["role"] == "user" and "-- Using valid SQLite" in script[0]["content"]
     with pytest.raises(ValueError, match="prompt_layout"):
         programs.get("direct", prompt_layout="prose")
+
+
+def test_direct_prefill_switch_reaches_the_adapter(db: Database) -> None:
+    from sqlweave.cli import parse_switches
+
+    assert parse_switches(["prefill=false"]) == {"prefill": False}
+    prog = programs.get("direct", prefill=False)
+    assert prog.switches["prefill"] is False and prog.generate.prefill is False
+    assert programs.get("direct").generate.prefill == "auto"
+    lm = DummyLM([{"sql": "SELECT 1"}])
+    with dspy.context(lm=lm):
+        prog(question="How many singers?", db=db)
+    # DummyLM is not the local engine, so no prefill either way; the prompt is unchanged
+    assert lm.history[-1]["messages"][-1]["role"] == "user"
