@@ -216,7 +216,9 @@ class CallStats:
     A completion decoded in a batch of samples (:func:`batched_samples`) counts its own share:
     ``eval_tokens`` and ``decode_steps`` of its sequence, ``eval_ms`` each step's time divided
     among the sequences in it; ``batch_size`` is the number of sequences decoded together (0
-    outside a batch), ``batch_tokens`` and ``batch_ms`` the whole batch's.
+    outside a batch), ``batch_tokens`` (tokens fed, summed over the sequences) and ``batch_ms``
+    the whole batch's, and ``batch_rows`` the rows llama.cpp evaluated for them: sequences whose
+    tokens are so far the same share one row per step (see :meth:`_generate_batched`).
     """
 
     prompt_eval_tokens: int = 0
@@ -230,6 +232,7 @@ class CallStats:
     batch_size: int = 0
     batch_tokens: int = 0
     batch_ms: float = 0.0
+    batch_rows: int = 0
 
 
 DEFAULT_N_SEQ_MAX = 8
@@ -352,6 +355,17 @@ class _Sequence:
     dropped: bool = False
 
 
+def _shared_rows(active: list[_Sequence]) -> list[list[_Sequence]]:
+    """The sequences grouped by the tokens they have fed and the one they feed next, in order
+    of first appearance: each group is one batch row. Sequences only ever split (they start as
+    one prompt and a row is shared only while every token so far is), so equal tokens mean
+    shared KV cells."""
+    groups: dict[tuple[int, ...], list[_Sequence]] = {}
+    for seq in active:
+        groups.setdefault((*seq.fed, seq.pending), []).append(seq)
+    return list(groups.values())
+
+
 class _DecodingLlama:
     """Mixed into ``llama_cpp.Llama`` by :func:`_llama_class`: prompt snapshots, prompt-lookup
     verification without full-context logits, batched samples, and per-call counters.
@@ -470,6 +484,13 @@ class _DecodingLlama:
         would stop it. The first sequence's tokens are yielded (``_create_completion`` turns
         them into the call's answer); the others are left in ``plan.results``.
 
+        Sequences that have sampled the same tokens so far are fed as one batch row holding all
+        their sequence ids: they share that token's KV cell and its logits, from which each
+        sequence's own sampler draws. Samples of SQL agree on long stretches (the same SELECT
+        list, table and key names), so a step often evaluates fewer rows than sequences; the
+        distribution of each sample is unchanged, since a sequence's logits depend on its
+        tokens alone.
+
         Afterwards only the first sequence is left in the KV cache and ``input_ids`` /
         ``n_tokens`` describe it, as after an ordinary call, so the next call reuses the
         prompt. When the cache runs out of cells the last sequences are given up (their samples
@@ -519,6 +540,7 @@ class _DecodingLlama:
             for seq in seqs:
                 seq.pending = self._sample_at(seq.sampler, -1)
             active = list(seqs)
+            rows = 0
             while True:
                 still = []
                 for seq in active:
@@ -537,10 +559,19 @@ class _DecodingLlama:
                         self._seq_rm(seq.index)
                 active = still
                 while active:
+                    groups = _shared_rows(active)
                     code = self._decode_multi(
-                        [(seq.pending, n_prompt + len(seq.fed), seq.index) for seq in active]
+                        [
+                            (
+                                group[0].pending,
+                                n_prompt + len(group[0].fed),
+                                [s.index for s in group],
+                            )
+                            for group in groups
+                        ]
                     )
                     if code == 0:
+                        rows += len(groups)
                         break
                     if code != 1 or active == [seqs[0]]:
                         raise RuntimeError(f"llama_decode returned {code}")
@@ -550,9 +581,10 @@ class _DecodingLlama:
                     self._seq_rm(dropped.index)
                 if not active:
                     break
-                for i, seq in enumerate(active):
-                    seq.fed.append(seq.pending)
-                    seq.pending = self._sample_at(seq.sampler, i)
+                for i, group in enumerate(groups):
+                    for seq in group:
+                        seq.fed.append(seq.pending)
+                        seq.pending = self._sample_at(seq.sampler, i)
                 now = time.perf_counter()
                 share = (now - step_started) * 1000 / len(active)
                 step_started = now
@@ -606,6 +638,7 @@ class _DecodingLlama:
         stats.eval_ms += first.ms
         stats.batch_size = sum(not seq.dropped for seq in seqs)
         stats.batch_tokens = sum(len(seq.fed) for seq in seqs)
+        stats.batch_rows = rows
         stats.batch_ms = (time.perf_counter() - started) * 1000
 
         yield from first.sampled
@@ -635,18 +668,20 @@ class _DecodingLlama:
 
         llama_cpp.llama_memory_seq_cp(self._ctx.memory, src, dst, -1, -1)
 
-    def _decode_multi(self, entries: Sequence[tuple[int, int, int]]) -> int:
-        """One ``llama_decode`` of ``(token, position, sequence)`` entries, logits for each
-        (entry i's at output i); llama.cpp's return code (1: no free KV cell)."""
+    def _decode_multi(self, entries: Sequence[tuple[int, int, Sequence[int]]]) -> int:
+        """One ``llama_decode`` of ``(token, position, sequences)`` entries, logits for each
+        (entry i's at output i); llama.cpp's return code (1: no free KV cell). An entry with
+        several sequences is one KV cell they all hold (the batch's ``seq_id`` list)."""
         import llama_cpp
 
         batch = self._batch.batch
         batch.n_tokens = len(entries)
-        for i, (token, pos, seq) in enumerate(entries):
+        for i, (token, pos, seqs) in enumerate(entries):
             batch.token[i] = token
             batch.pos[i] = pos
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = seq
+            batch.n_seq_id[i] = len(seqs)
+            for m, seq in enumerate(seqs):
+                batch.seq_id[i][m] = seq
             batch.logits[i] = True
         return int(llama_cpp.llama_decode(self._ctx.ctx, batch))
 
@@ -1344,6 +1379,7 @@ class LlamaCppEngine:
             batch_size=int(perf.get("batch_size", 0)),
             batch_tokens=int(perf.get("batch_tokens", 0)),
             batch_ms=float(perf.get("batch_ms", 0.0)),
+            batch_rows=int(perf.get("batch_rows", 0)),
         )
         text = result.text.decode("utf-8", errors="ignore")
         return Response(

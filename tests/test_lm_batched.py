@@ -82,15 +82,18 @@ class ToyKV:
     def tokens(self, seq: int) -> list[int]:
         return [self.cells[cell] for cell in self.seqs.get(seq, [])]
 
-    def decode(self, entries: list[tuple[int, int, int]], all_outputs: bool) -> int:
+    def decode(self, entries: list[tuple[int, int, Any]], all_outputs: bool) -> int:
+        """Each entry is one new cell, held by one sequence or by a list of them."""
         if self.used() + len(entries) > self.n_ctx:
             return 1
-        for token, pos, seq in entries:
-            cells = self.seqs.setdefault(seq, [])
-            assert pos == len(cells), f"sequence {seq}: position {pos} after {len(cells)} cells"
-            self.cells[self.next_id] = token
-            cells.append(self.next_id)
+        for token, pos, seqs in entries:
+            cell = self.next_id
+            self.cells[cell] = token
             self.next_id += 1
+            for seq in [seqs] if isinstance(seqs, int) else seqs:
+                cells = self.seqs.setdefault(seq, [])
+                assert pos == len(cells), f"sequence {seq}: position {pos} after {len(cells)} cells"
+                cells.append(cell)
         self.out = [token for token, _, _ in entries] if all_outputs else [entries[-1][0]]
         self.decodes.append(len(entries))
         return 0
@@ -250,12 +253,16 @@ def test_batched_samples_are_the_samples_of_ordinary_calls(stop: tuple[str, ...]
     for result in extra:
         assert same(result, expected[result.index]), result.index
     assert len({bytes(e.text) for e in expected}) > 1  # the seeds do give different samples
-    # The prompt was evaluated once; every later decode fed one token per unfinished sequence.
+    # The prompt was evaluated once; every later decode fed one row per distinct history among
+    # the unfinished sequences (sequences that sampled the same tokens so far share a row).
     assert stats.prompt_eval_tokens == len(PROMPT) and llama.kv.decodes[0] == len(PROMPT)
     steps = llama.kv.decodes[1:]
-    fed = [stats.eval_tokens] + [result.eval_tokens for result in extra]
-    assert steps == [sum(n > step for n in fed) for step in range(max(fed))]
-    assert steps[0] > 1 and stats.batch_size == 5 and stats.batch_tokens == sum(steps)
+    fed = [first.tokens[: stats.eval_tokens]] + [r.tokens[: r.eval_tokens] for r in extra]
+    assert [len(f) for f in fed] == [stats.eval_tokens] + [r.eval_tokens for r in extra]
+    longest = max(len(f) for f in fed)
+    assert steps == [len({tuple(f[: i + 1]) for f in fed if len(f) > i}) for i in range(longest)]
+    assert steps[0] > 1 and stats.batch_size == 5 and stats.batch_rows == sum(steps)
+    assert stats.batch_tokens == sum(len(f) for f in fed) >= sum(steps)
     assert stats.decode_steps == stats.eval_tokens == llama.n_tokens - len(PROMPT)
     assert_only_sequence_zero(llama)
 
@@ -305,7 +312,9 @@ def test_a_full_cache_gives_up_the_last_sequences_never_the_first() -> None:
     assert len(extra) < 7 and stats.batch_size == 1 + len(extra)
     for result in extra:  # the survivors are whole, correct samples
         assert same(result, reference(PROMPT, 9 + result.index, max_tokens=25))
-    assert llama.kv.decodes[1] == 8  # all eight started together
+    # all eight started together: one row for each distinct first token
+    refs = [reference(PROMPT, 9 + j, max_tokens=25) for j in range(8)]
+    assert llama.kv.decodes[1] == len({tuple(r.tokens[:1]) for r in refs if r.tokens})
     assert_only_sequence_zero(llama)
 
 
@@ -707,7 +716,9 @@ def test_small_model_each_sample_continues_its_own_sequence(
         code = decode(entries)
         memory = llama._ctx.memory
         placed.extend(
-            llama_cpp.llama_memory_seq_pos_max(memory, seq) == pos for _, pos, seq in entries
+            llama_cpp.llama_memory_seq_pos_max(memory, seq) == pos
+            for _, pos, seqs in entries
+            for seq in seqs
         )
         return code
 
@@ -731,3 +742,32 @@ def test_small_model_each_sample_continues_its_own_sequence(
             assert logits[token] >= logits.max() + np.log(0.05) - 1.0, (result.index, token)
             llama.eval([token])
     llama.reset()
+
+
+class LikelySampler(ToySampler):
+    """Always the likely token, whatever the seed: every sample has the same tokens."""
+
+    def draw(self, last: int) -> int:
+        self.rng.random()
+        return toy_next(last)
+
+
+def test_sequences_with_the_same_tokens_share_one_row_per_step(monkeypatch) -> None:
+    monkeypatch.setattr(ToyBase, "_init_sampler", lambda self, **_: LikelySampler(self._seed))
+    llama = ToyLlama()
+    first, extra, stats = complete(llama, PROMPT, seed=2, batch=6, max_tokens=40)
+    assert len(extra) == 5 and all(r.tokens == first.tokens for r in extra)
+    assert first.tokens == list(range(PROMPT[-1] + 1, TOP + 1))  # counted up to TOP, then EOS
+    # one row per step for all six, one KV cell per token
+    assert llama.kv.decodes[1:] == [1] * stats.eval_tokens
+    assert stats.batch_rows == stats.eval_tokens and stats.batch_tokens == 6 * stats.eval_tokens
+    assert_only_sequence_zero(llama)
+
+
+def test_a_shared_row_splits_when_the_samples_differ_and_each_keeps_its_own_history() -> None:
+    llama = ToyLlama()
+    _, extra, stats = complete(llama, PROMPT, seed=40, batch=8, max_tokens=24)
+    for result in extra:
+        assert same(result, reference(PROMPT, 40 + result.index, max_tokens=24)), result.index
+    assert stats.batch_rows < stats.batch_tokens  # some rows were shared
+    assert_only_sequence_zero(llama)
