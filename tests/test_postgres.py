@@ -278,7 +278,10 @@ def test_statement_timeout_stops_pg_sleep(pg: Database) -> None:
         timeout_s=TIMEOUT_S,
     )
     assert isinstance(err, ExecutionError) and err.kind == "timeout"
-    assert time.perf_counter() - start <= TIMEOUT_S + 0.5
+    # The cross join would run for hours; what matters is that it stops near the timeout. Its
+    # cancellation once took 1.63 s during a full test run (0.5 s of slack failed), so the bound
+    # leaves 2 s: still far below the query's own running time.
+    assert time.perf_counter() - start <= TIMEOUT_S + 2.0
     assert pg.execute("SELECT 1", use_cache=False).rows == ((1,),)
 
 
