@@ -112,12 +112,9 @@ class Generator(dspy.Predict):
 
             signature = GenerateSQL
         if layout is not None:
-            from sqlweave.adapter import SQL_LAYOUTS
+            from sqlweave.adapter import check_layout
 
-            if layout not in SQL_LAYOUTS:
-                raise ValueError(
-                    f"unknown prompt layout {layout!r}; choose one of {', '.join(SQL_LAYOUTS)}"
-                )
+            check_layout(layout, "prompt layout")
         super().__init__(signature, **config)
         self.field = field
         #: The prompt layout of sqlweave's adapter for this predictor (None: the adapter's own).

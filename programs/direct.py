@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dspy
 
-from sqlweave.adapter import SQL_LAYOUTS
+from sqlweave.adapter import check_layout
 from sqlweave.db import Database
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
@@ -62,10 +62,7 @@ class DirectSQL(SQLProgram):
                 f"unknown schema_layout {schema_layout!r}; "
                 f"choose one of {', '.join(self.SCHEMA_LAYOUTS)}"
             )
-        if prompt_layout not in SQL_LAYOUTS:
-            raise ValueError(
-                f"unknown prompt_layout {prompt_layout!r}; choose one of {', '.join(SQL_LAYOUTS)}"
-            )
+        check_layout(prompt_layout, "prompt_layout")
         if not isinstance(samples, int) or samples < 1:
             raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
         super().__init__(

@@ -103,6 +103,29 @@ _SCHEMA_FIELDS = ("db_schema", "schema")
 SQL_LAYOUTS = ("script", "chat")
 
 
+def check_layout(layout: str, switch: str = "layout") -> str:
+    """``layout`` if it is one of :data:`SQL_LAYOUTS`; a ``ValueError`` naming ``switch`` if not."""
+    if layout not in SQL_LAYOUTS:
+        raise ValueError(f"unknown {switch} {layout!r}; choose one of {', '.join(SQL_LAYOUTS)}")
+    return layout
+
+
+def _getter(values: Any) -> Any:
+    """``values.get`` for an Example or dict of inputs; a getter of defaults for anything else."""
+    return values.get if hasattr(values, "get") else (lambda key, default=None: default)
+
+
+def _engine_label(get: Any) -> str:
+    """The dialect of the inputs as a prompt names it (``SQLite``), or ``SQL`` when none."""
+    dialect = str(get("dialect", "") or "").strip()
+    return DIALECT_LABELS.get(dialect.lower(), dialect) if dialect else "SQL"
+
+
+def _labelled(name: str, text: str) -> str:
+    """An input as ``Label: text``, or the label on its own line above a multi-line text."""
+    return f"{_label(name)}:\n{text}" if "\n" in text else f"{_label(name)}: {text}"
+
+
 class SQLAdapter(ChatAdapter):
     """Plain prompts for single-text-output signatures; ChatAdapter (no JSON retry) otherwise.
 
@@ -113,8 +136,7 @@ class SQLAdapter(ChatAdapter):
     """
 
     def __init__(self, prefill: bool | str = "auto", layout: str = "script", **kwargs: Any) -> None:
-        if layout not in SQL_LAYOUTS:
-            raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(SQL_LAYOUTS)}")
+        check_layout(layout)
         kwargs.setdefault("use_json_adapter_fallback", False)
         super().__init__(**kwargs)
         self.prefill = prefill
@@ -196,8 +218,7 @@ class SQLAdapter(ChatAdapter):
         Qwen2.5-Coder-1.5B (issue 7 note), the instructions in a system message cost ~10 points
         EX against the same words as comments after the schema.
         """
-        get = values.get if hasattr(values, "get") else (lambda key, default=None: default)
-        dialect = str(get("dialect", "") or "").strip()
+        get = _getter(values)
         schema_names = [n for n in signature.input_fields if n in _SCHEMA_FIELDS]
         others = [
             n
@@ -220,7 +241,7 @@ class SQLAdapter(ChatAdapter):
                 comments.append(f"-- {_label(name)}:\n{_comment(text)}")
             else:
                 comments.append(f"-- {_label(name)}: {text}")
-        engine = DIALECT_LABELS.get(dialect.lower(), dialect) if dialect else "SQL"
+        engine = _engine_label(get)
         ask = (
             f"-- Using valid {engine}, answer the following question for the tables provided above."
         )
@@ -232,21 +253,15 @@ class SQLAdapter(ChatAdapter):
         parts.append("\n".join(comments))
         return "\n\n".join(parts) + "\n"
 
-    @staticmethod
-    def _engine(values: Any) -> str:
-        get = values.get if hasattr(values, "get") else (lambda key, default=None: default)
-        dialect = str(get("dialect", "") or "").strip()
-        return DIALECT_LABELS.get(dialect.lower(), dialect) if dialect else "SQL"
-
     def _chat_system(self, signature: type[Signature], values: Any) -> str:
         """The chat layout's system message: the instructions, then the dialect to write."""
         text = signature.instructions.strip()
-        return f"{text}\nThe query must run on {self._engine(values)}.".strip()
+        return f"{text}\nThe query must run on {_engine_label(_getter(values))}.".strip()
 
     def _chat_block(self, signature: type[Signature], values: Any) -> str:
         """The chat layout's user turn: the schema, a blank line, other inputs labelled, the
         question last (``naive``'s reference prompt, with any further inputs between)."""
-        get = values.get if hasattr(values, "get") else (lambda key, default=None: default)
+        get = _getter(values)
         parts = [
             text
             for name in signature.input_fields
@@ -263,16 +278,14 @@ class SQLAdapter(ChatAdapter):
         for name in names:
             text = _present(get(name, None))
             if text:
-                lines.append(
-                    f"{_label(name)}:\n{text}" if "\n" in text else f"{_label(name)}: {text}"
-                )
+                lines.append(_labelled(name, text))
         if lines:
             parts.append("\n".join(lines))
         return "\n\n".join(parts)
 
     def _user_block(self, signature: type[Signature], values: Any) -> str:
         output = _text_output(signature) or ""
-        get = values.get if hasattr(values, "get") else (lambda key, default=None: default)
+        get = _getter(values)
         blocks: list[str] = []
         names = [n for n in signature.input_fields if n not in ("dialect", "question")]
         if "question" in signature.input_fields:
@@ -281,7 +294,7 @@ class SQLAdapter(ChatAdapter):
             text = _present(get(name, None))
             if not text:
                 continue
-            blocks.append(f"{_label(name)}:\n{text}" if "\n" in text else f"{_label(name)}: {text}")
+            blocks.append(_labelled(name, text))
         out_field = signature.output_fields.get(output)
         desc = getattr(out_field, "json_schema_extra", None) or {}
         what = desc.get("desc") or _label(output)
