@@ -343,8 +343,9 @@ class PETSQL(SQLProgram):
             (label, lm) for label, lm in labelled if voters is None or _matches(label, voters)
         ]
         samples = sum(label.startswith("sample[") for label, _ in labelled)
-        # The samples share FinSQL's prompt: a local model decodes them together.
-        with batched_samples(samples, temperature=self.temperature):
+        # The samples share FinSQL's prompt: a local model decodes them together, beside
+        # FinSQL's own greedy call when it comes first.
+        with batched_samples(samples, temperature=self.temperature, greedy=self.temperature > 0):
             for label, lm in labelled:
                 if label == "finsql[0]" and reuse:
                     sql = presql

@@ -205,15 +205,18 @@ class Sampler(dspy.Module):
     def forward(self, db: Database | str | Path, **inputs: Any) -> list[str]:
         """The candidates in rollout order (the greedy one first).
 
-        The sampled rollouts share one prompt, so they run inside
-        :func:`~sqlweave.lm.batched_samples`: a local model decodes them together.
+        The rollouts share one prompt, so they run inside
+        :func:`~sqlweave.lm.batched_samples`: a local model decodes them together, the greedy
+        one (with ``greedy_first``) as one more sequence of the samples' batch.
         """
         database = resolve_database(db)
         first = 1 if self.greedy_first else 0
-        candidates = [self._rollout(i, database, inputs) for i in range(first)]
-        with batched_samples(self.n - first, temperature=self.temperature):
-            candidates += [self._rollout(i, database, inputs) for i in range(first, self.n)]
-        return candidates
+        with batched_samples(
+            self.n - first,
+            temperature=self.temperature,
+            greedy=bool(first) and self.temperature > 0,
+        ):
+            return [self._rollout(i, database, inputs) for i in range(self.n)]
 
 
 class VoteSelector(dspy.Module):

@@ -25,6 +25,8 @@ those the model itself would have chosen, so greedy output is unchanged.
 Inside :func:`batched_samples` (self-consistency's sampled rollouts), the first sampled call of
 a prompt decodes k continuations of it together, one llama.cpp batch per step with one token per
 sequence; the calls after it that ask for the same prompt and settings are answered from those.
+A block opened with ``greedy=True`` lets its first call be the greedy one: it decodes as one
+more sequence of the same batch, beside the k samples.
 """
 
 from __future__ import annotations
@@ -270,6 +272,9 @@ class _BatchPlan:
     """
 
     k: int
+    sample_temp: float | None = None
+    """When set, sequence 0 decodes with the completion's own settings (a greedy call) and
+    sequences 1..k-1 sample at this temperature, their other settings the same."""
     stop: Any = None
     max_tokens: int | None = 16
     captured: bool = False
@@ -419,12 +424,19 @@ class _DecodingLlama:
         self._batch_plan = None
         self.call_stats = CallStats()
 
-    def arm_batch(self, k: int) -> None:
-        """Decode ``k`` samples of the next completion's prompt together (at most
-        ``n_seq_max``); :meth:`take_batch` then returns the samples after the first. Call after
-        :meth:`begin_call`. Without room for a batch the completion runs as usual."""
+    def arm_batch(self, k: int, *, sample_temperature: float | None = None) -> None:
+        """Decode ``k`` sequences of the next completion's prompt together (at most
+        ``n_seq_max``); :meth:`take_batch` then returns the sequences after the first. Call
+        after :meth:`begin_call`. Without room for a batch the completion runs as usual.
+
+        By default every sequence is a sample with the completion's own settings. With
+        ``sample_temperature`` the completion itself (sequence 0, typically greedy) keeps its
+        settings and the others sample at that temperature: a greedy answer and its samples
+        in one batch."""
         k = min(k, self.n_seq_max)
-        self._batch_plan = _BatchPlan(k) if k > 1 else None
+        if sample_temperature is not None and sample_temperature <= 0:
+            raise ValueError(f"sample_temperature must be > 0, not {sample_temperature!r}")
+        self._batch_plan = _BatchPlan(k, sample_temperature) if k > 1 else None
 
     def take_batch(self) -> list[_SeqResult]:
         """The extra samples of the completion just made (empty when it was not batched), and
@@ -460,11 +472,12 @@ class _DecodingLlama:
 
     def _can_batch(self, plan: _BatchPlan, tokens: list[int], kwargs: dict[str, Any]) -> bool:
         """Plain temperature sampling (no grammar, mirostat or logits processor) of a prompt
-        that leaves room for the first token of every sequence."""
+        that leaves room for the first token of every sequence; with ``plan.sample_temp`` the
+        completion's own call may be greedy."""
         return (
             plan.k > 1
             and plan.k <= min(self.n_seq_max, self.n_batch)
-            and kwargs.get("temp", _GENERATE_DEFAULTS["temp"]) > 0
+            and (plan.sample_temp is not None or kwargs.get("temp", _GENERATE_DEFAULTS["temp"]) > 0)
             and not kwargs.get("mirostat_mode")
             and kwargs.get("grammar") is None
             and kwargs.get("logits_processor") is None
@@ -491,6 +504,12 @@ class _DecodingLlama:
         distribution of each sample is unchanged, since a sequence's logits depend on its
         tokens alone.
 
+        With ``plan.sample_temp`` the first sequence keeps the call's own settings (greedy: the
+        most likely token at each step) and the others sample at that temperature; the greedy
+        sequence shares rows with the samples while they agree. Its tokens are those of an
+        ordinary greedy call except where a batch's floating-point sums (several rows at once)
+        tip a near-tie.
+
         Afterwards only the first sequence is left in the KV cache and ``input_ids`` /
         ``n_tokens`` describe it, as after an ordinary call, so the next call reuses the
         prompt. When the cache runs out of cells the last sequences are given up (their samples
@@ -500,6 +519,7 @@ class _DecodingLlama:
         stats = self.call_stats
         criteria = kwargs.get("stopping_criteria")
         sampling = {name: kwargs.get(name, default) for name, default in _GENERATE_DEFAULTS.items()}
+        samples = sampling if plan.sample_temp is None else {**sampling, "temp": plan.sample_temp}
         n_prompt = len(tokens)
         max_tokens = plan.max_tokens
         if max_tokens is None or max_tokens <= 0:
@@ -527,7 +547,10 @@ class _DecodingLlama:
             _Sequence(
                 j,
                 _Completion(self, tokens, stop_bytes, max_tokens),
-                self._sequence_sampler(base_seed if j == 0 else (base_seed + j) % 2**32, sampling),
+                self._sequence_sampler(
+                    base_seed if j == 0 else (base_seed + j) % 2**32,
+                    sampling if j == 0 else samples,
+                ),
             )
             for j in range(plan.k)
         ]
@@ -1083,11 +1106,19 @@ class SampleBatch:
     others wait here under the call's prompt and settings (its seed left out: rollouts vary
     it) until calls asking the same take them. A block makes one batch: a sampled call on
     another prompt, or one after the stash ran dry, runs as usual. Thread-safe.
+
+    With ``greedy`` the block's first call may instead be a greedy one (temperature 0): it
+    then decodes as one more sequence beside the ``k`` samples, answers with the greedy
+    completion, and all ``k`` samples wait for the calls that follow with the same prompt and
+    settings at ``temperature``.
     """
 
-    def __init__(self, k: int, temperature: float | None = None) -> None:
+    def __init__(self, k: int, temperature: float | None = None, greedy: bool = False) -> None:
+        if greedy and (temperature is None or temperature <= 0):
+            raise ValueError("a block hosting its greedy call needs the samples' temperature > 0")
         self.k = k
         self.temperature = None if temperature is None else float(temperature)
+        self.greedy = greedy
         self.spent = False
         self.decoded = 0
         self.served = 0
@@ -1104,6 +1135,11 @@ class SampleBatch:
         if temperature <= 0:
             return False
         return self.temperature is None or temperature == self.temperature
+
+    def hosts(self, temperature: float) -> bool:
+        """Whether a call at ``temperature`` is the greedy call that may decode the samples
+        beside its own answer (a ``greedy`` block whose batch is not made yet)."""
+        return self.greedy and temperature <= 0 and not self.spent
 
     @staticmethod
     def key(model: Any, messages: list[dict[str, str]], options: dict[str, Any]) -> tuple:
@@ -1132,10 +1168,11 @@ class SampleBatch:
             self.spent = True
             return True
 
-    def put(self, key: tuple[Any, ...], responses: list[Response]) -> None:
-        """Keep ``responses`` for the next calls on ``key``."""
+    def put(self, key: tuple[Any, ...], responses: list[Response], *, caller: bool = True) -> None:
+        """Keep ``responses`` for the next calls on ``key`` (``caller``: the call that made the
+        batch took one more sample; a hosting greedy call took none)."""
         with self._lock:
-            self.decoded += len(responses) + 1
+            self.decoded += len(responses) + int(caller)
             self._stash.setdefault(key, []).extend(responses)
 
     def clear(self) -> None:
@@ -1150,7 +1187,9 @@ _SAMPLE_BATCH: contextvars.ContextVar[SampleBatch | None] = contextvars.ContextV
 
 
 @contextmanager
-def batched_samples(k: int, *, temperature: float | None = None) -> Iterator[SampleBatch | None]:
+def batched_samples(
+    k: int, *, temperature: float | None = None, greedy: bool = False
+) -> Iterator[SampleBatch | None]:
     """Decode the next ``k`` sampled calls on one prompt together (local models only).
 
     Self-consistency asks the same prompt for several samples; one at a time, each costs a
@@ -1163,11 +1202,19 @@ def batched_samples(k: int, *, temperature: float | None = None) -> Iterator[Sam
     from them; samples nobody asked for are dropped when the block ends (a DSPy cache hit
     never reaches the engine). Greedy calls, served models and calls outside a block are not
     affected. ``k < 2`` makes the block a no-op (yields None).
+
+    ``greedy=True`` (``temperature`` required) is for a greedy answer and its samples, as
+    self-consistency asks them: the block's first call, when it is greedy (temperature 0),
+    decodes its answer as one more sequence of the batch, sharing rows with the samples while
+    they agree, so the greedy answer costs no decode of its own; the k samples then answer the
+    calls that follow with the same messages and settings at ``temperature``. The greedy answer
+    is that of an ordinary greedy call except where the batch's floating-point sums tip a
+    near-tie. Such a block is worth making for one sample too (``k >= 1``).
     """
-    if k < 2:
+    if k < (1 if greedy else 2):
         yield None
         return
-    batch = SampleBatch(k, temperature)
+    batch = SampleBatch(k, temperature, greedy)
     token = _SAMPLE_BATCH.set(batch)
     try:
         yield batch
@@ -1293,11 +1340,15 @@ class LlamaCppEngine:
         loaded = self._loaded()
         batch = _SAMPLE_BATCH.get()
         key: tuple[Any, ...] | None = None
+        hosting = False  # a greedy call decoding the block's samples beside its answer
         if batch is not None and batch.wants(options["temperature"]):
             key = batch.key(loaded.key, messages, options)
             waiting = batch.take(key)
             if waiting is not None:
                 return waiting
+        elif batch is not None and batch.hosts(options["temperature"]):
+            hosting = True  # the samples' key: this call's, at the block's temperature
+            key = batch.key(loaded.key, messages, {**options, "temperature": batch.temperature})
         arm = getattr(loaded.llama, "arm_batch", None)
         batched = key is not None and batch is not None and arm is not None and batch.claim()
         extra: list[_SeqResult] = []
@@ -1313,8 +1364,10 @@ class LlamaCppEngine:
                     keep_prompt=options["temperature"] > 0,
                     prompt_cache_bytes=self.prompt_cache_bytes,
                 )
-            if batched:
-                arm(batch.k)
+            if batched and hosting:
+                arm(batch.k + 1, sample_temperature=batch.temperature)  # type: ignore[union-attr]
+            elif batched:
+                arm(batch.k)  # type: ignore[union-attr]
             try:
                 if messages and messages[-1]["role"] == "assistant":
                     raw = _continue_assistant(loaded.llama, messages, dict(options))
@@ -1342,6 +1395,7 @@ class LlamaCppEngine:
                     self._batched_response(raw, result, share, prompt_tokens, prefill, perf)
                     for result, share in zip(extra, shares, strict=True)
                 ],
+                caller=not hosting,
             )
         return Response(
             id=raw.get("id"),

@@ -56,6 +56,13 @@ class ToySampler:
         return STOP if r < 0.1 else self.rng.randrange(2, TOP) if r < 0.3 else toy_next(last)
 
 
+class GreedyToySampler(ToySampler):
+    """Temperature 0: always the likely token."""
+
+    def draw(self, last: int) -> int:
+        return toy_next(last)
+
+
 class ToyKV:
     """A unified KV cache: sequences are lists of cell ids, copies share cells, and a decode
     fails (1) when the cells in use plus the new ones exceed ``n_ctx``."""
@@ -140,8 +147,8 @@ class ToyBase:
             self.n_tokens += len(batch)
         self._requires_eval = False
 
-    def _init_sampler(self, **_: Any) -> ToySampler:
-        return ToySampler(self._seed)
+    def _init_sampler(self, temp: float = 0.8, **_: Any) -> ToySampler:
+        return GreedyToySampler(self._seed) if temp == 0 else ToySampler(self._seed)
 
     def sample(self, idx: int | None = None, **_: Any) -> int:
         assert idx == self.n_tokens - 1, "only the last position has logits"
@@ -192,19 +199,21 @@ def complete(
     max_tokens: int = 64,
     keep: bool = True,
     ask_more: int = 0,
+    temp: float = 0.8,
+    sample_temp: float | None = None,
 ) -> tuple[_Completion, list[_SeqResult], CallStats]:
-    """One sampled completion as the engine makes it: settings, a batch plan as
-    ``create_completion`` fills it, then the completion read off ``generate`` as
+    """One completion (sampled unless ``temp`` is 0) as the engine makes it: settings, a batch
+    plan as ``create_completion`` fills it, then the completion read off ``generate`` as
     ``_create_completion`` reads it (``ask_more``: a reader that stops that much later)."""
     llama.begin_call(lookup_tokens=0, keep_prompt=keep, prompt_cache_bytes=10**6)
     if batch:
-        llama.arm_batch(batch)
+        llama.arm_batch(batch, sample_temperature=sample_temp)
         plan = llama._batch_plan
         if plan is not None:  # as create_completion fills it
             plan.stop, plan.max_tokens, plan.captured = list(stop), max_tokens, True
     llama._seed = seed
     reader = _Completion(llama, prompt, [s.encode() for s in stop], max_tokens + ask_more)
-    generator = llama.generate(prompt, temp=0.8)
+    generator = llama.generate(prompt, temp=temp)
     for token in generator:
         if reader.push(int(token)):
             break
@@ -385,6 +394,7 @@ class BatchingLlama:
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
         self.armed: list[int] = []
+        self.sample_temperatures: list[float | None] = []
         self._k = 0
         self.call_stats = CallStats()
 
@@ -392,9 +402,10 @@ class BatchingLlama:
         self._k = 0
         self.call_stats = CallStats(prompt_eval_tokens=7, eval_tokens=3)
 
-    def arm_batch(self, k: int) -> None:
+    def arm_batch(self, k: int, sample_temperature: float | None = None) -> None:
         self._k = k
         self.armed.append(k)
+        self.sample_temperatures.append(sample_temperature)
 
     def take_batch(self) -> list[_SeqResult]:
         k, self._k = self._k, 0
@@ -467,6 +478,40 @@ def test_greedy_calls_in_a_block_are_ordinary_calls(fake) -> None:
     with batched_samples(4):
         texts = [engine.complete(_request(spec, temperature=0.0)).text for _ in range(2)]
     assert texts == ["SELECT 0"] * 2 and len(llama.calls) == 2 and llama.armed == []
+
+
+def test_a_greedy_block_decodes_the_samples_beside_its_greedy_call(fake) -> None:
+    spec, llama = fake
+    engine = LlamaCppEngine(spec)
+    with batched_samples(3, temperature=0.7, greedy=True) as batch:
+        greedy = engine.complete(_request(spec, temperature=0.0))
+        assert llama.armed == [4] and llama.sample_temperatures == [0.7]
+        assert batch is not None and batch.decoded == 3 and len(batch) == 3
+        # another greedy call, or samples at another temperature or on another prompt: their own
+        assert engine.complete(_request(spec, temperature=0.0)).text == "SELECT 0"
+        assert engine.complete(_request(spec, temperature=0.9)).text == "SELECT 0"
+        assert engine.complete(_request(spec, question="Other?")).text == "SELECT 0"
+        samples = [engine.complete(_request(spec, seed=i)) for i in range(4)]
+    assert greedy.text == "SELECT 0" and (greedy.provider_data or {}).get("batch_index") is None
+    assert [r.text for r in samples] == ["SELECT 1", "SELECT 2", "SELECT 3", "SELECT 0"]
+    assert batch.served == 3 and len(llama.calls) == 5 and llama.armed == [4]
+
+
+def test_a_greedy_block_whose_greedy_call_never_comes_batches_its_first_sample(fake) -> None:
+    spec, llama = fake
+    engine = LlamaCppEngine(spec)
+    with batched_samples(3, temperature=0.7, greedy=True) as batch:  # the greedy call was cached
+        texts = [engine.complete(_request(spec)).text for _ in range(3)]
+    assert texts == ["SELECT 0", "SELECT 1", "SELECT 2"] and llama.armed == [3]
+    assert llama.sample_temperatures == [None] and batch is not None and batch.served == 2
+    with batched_samples(1, temperature=0.7, greedy=True) as one:  # greedy + one sample
+        assert one is not None
+        engine.complete(_request(spec, temperature=0.0))
+        assert engine.complete(_request(spec)).text == "SELECT 1"
+    assert llama.armed == [3, 2]
+    with pytest.raises(ValueError, match="temperature"):
+        with batched_samples(3, greedy=True):
+            pass
 
 
 def test_only_the_same_prompt_and_settings_take_a_batched_sample(fake) -> None:
@@ -565,10 +610,10 @@ def test_self_consistency_decodes_its_samples_in_one_batch(fake, demo_concert_db
     )
     with dspy.context(lm=lm, adapter=SQLAdapter(prefill=False)):
         pred = program(db=demo_concert_db, question="How many singers are there?")
-    assert pred.candidates == ["SELECT 0", "SELECT 0", "SELECT 1", "SELECT 2", "SELECT 3"]
-    # The greedy call, then one call that decoded the four samples.
-    assert len(llama.calls) == 2 and llama.armed == [4]
-    assert [call["temperature"] for call in llama.calls] == [0.0, 0.7]
+    assert pred.candidates == ["SELECT 0", "SELECT 1", "SELECT 2", "SELECT 3", "SELECT 4"]
+    # One call: the greedy answer, decoded beside the four samples.
+    assert len(llama.calls) == 1 and llama.armed == [5] and llama.sample_temperatures == [0.7]
+    assert [call["temperature"] for call in llama.calls] == [0.0]
 
 
 def test_engine_option_n_seq_max(tmp_path: Path) -> None:
@@ -675,6 +720,33 @@ def test_small_model_greedy_output_is_unchanged(demo_concert_db: Path) -> None:
 
 
 @pytest.mark.lm
+def test_small_model_greedy_call_decodes_its_samples_beside_it(demo_concert_db: Path) -> None:
+    # The greedy answer decoded as sequence 0 of its samples' batch is the ordinary greedy
+    # answer (on these prompts no near-tie is close enough for the batch's sums to tip it),
+    # and the samples answer the sampled calls that follow, with no prompt of their own.
+    _need_llama_cpp()
+    schema = _ddl(demo_concert_db)
+    engine = LlamaCppEngine(sqlweave_lm.SMALL_MODEL)
+    for question in (QUESTION, OTHER):
+        _fresh(engine)
+        expected = engine.complete(_sql_request(engine.spec, schema, question)).text
+        _fresh(engine)
+        with batched_samples(3, temperature=1.0, greedy=True) as batch:
+            greedy = engine.complete(_sql_request(engine.spec, schema, question))
+            samples = [
+                engine.complete(_sql_request(engine.spec, schema, question, 1.0, seed=i))
+                for i in range(3)
+            ]
+        data = greedy.provider_data or {}
+        assert greedy.text == expected and data["batch_size"] == 4
+        assert data["prompt_eval_tokens"] == greedy.usage.input_tokens
+        assert batch is not None and batch.served == 3
+        assert [(r.provider_data or {}).get("batch_index") for r in samples] == [1, 2, 3]
+        assert [(r.provider_data or {})["prompt_eval_tokens"] for r in samples] == [0, 0, 0]
+        assert all(r.text.startswith("SELECT") and len(r.text) > 6 for r in samples)
+
+
+@pytest.mark.lm
 def test_small_model_after_a_batch_the_next_call_is_as_after_an_ordinary_sample(
     demo_concert_db: Path,
 ) -> None:
@@ -771,3 +843,34 @@ def test_a_shared_row_splits_when_the_samples_differ_and_each_keeps_its_own_hist
         assert same(result, reference(PROMPT, 40 + result.index, max_tokens=24)), result.index
     assert stats.batch_rows < stats.batch_tokens  # some rows were shared
     assert_only_sequence_zero(llama)
+
+
+# --------------------------------------------------------------------------- a greedy host
+
+
+def test_a_greedy_call_decodes_beside_its_samples_each_as_an_ordinary_call_would() -> None:
+    llama = ToyLlama()
+    first, extra, stats = complete(
+        llama, PROMPT, seed=30, batch=6, temp=0.0, sample_temp=0.8, max_tokens=24
+    )
+    greedy = reference(PROMPT, 30, temp=0.0, max_tokens=24)
+    assert first.tokens == greedy.tokens == list(range(PROMPT[-1] + 1, TOP + 1))
+    assert [r.index for r in extra] == [1, 2, 3, 4, 5]
+    for result in extra:  # the samples of ordinary sampled calls, seeds 31..35
+        assert same(result, reference(PROMPT, 30 + result.index, max_tokens=24)), result.index
+        assert result.tokens != greedy.tokens  # sampled, not greedy
+    assert stats.batch_size == 6 and stats.prompt_eval_tokens == len(PROMPT)
+    # While a sample follows the greedy path it shares the greedy row.
+    fed = [first.tokens[: stats.eval_tokens]] + [r.tokens[: r.eval_tokens] for r in extra]
+    longest = max(len(f) for f in fed)
+    rows = [len({tuple(f[: i + 1]) for f in fed if len(f) > i}) for i in range(longest)]
+    assert llama.kv.decodes[1:] == rows and stats.batch_rows == sum(rows)
+    assert_only_sequence_zero(llama)
+
+
+def test_greedy_calls_are_batched_only_with_a_sample_temperature() -> None:
+    llama = ToyLlama()
+    _, extra, stats = complete(llama, PROMPT, seed=1, batch=4, temp=0.0)
+    assert extra == [] and stats.batch_size == 0
+    with pytest.raises(ValueError, match="sample_temperature"):
+        llama.arm_batch(4, sample_temperature=0.0)
