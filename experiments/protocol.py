@@ -49,9 +49,18 @@ def _parse_switches(items: list[str]) -> dict[str, Any]:
 
 
 def summarize_run(
-    jsonl: Path, *, program: str, config: str, switches: dict, slice_name: str, model: str
+    jsonl: Path,
+    *,
+    program: str,
+    config: str,
+    switches: dict,
+    slice_name: str,
+    model: str,
+    uncompiled: str | None = None,
 ) -> dict[str, Any]:
-    """The JSON summary of one run's records, with the paired comparison against naive."""
+    """The JSON summary of one run's records, with the paired comparisons against naive and,
+    for a compiled run, against the uncompiled program's records (``uncompiled``: their file
+    name here; default: the program's default run on the slice)."""
     from sqlweave.evaluate import compare, read_records, summarize
 
     records = read_records(jsonl)
@@ -69,10 +78,23 @@ def summarize_run(
     naive = RESULTS / f"{stem('naive', '', slice_name, model)}.jsonl"
     if program != "naive" and naive.exists():
         out["vs_naive"] = compare(records, read_records(naive))
-    uncompiled = RESULTS / f"{stem(program, '', slice_name, model)}.jsonl"
-    if config.startswith("compiled") and uncompiled.exists():
-        out["vs_uncompiled"] = compare(records, read_records(uncompiled))
+    base = RESULTS / (uncompiled or f"{stem(program, '', slice_name, model)}.jsonl")
+    if config.startswith("compiled") and base.exists():
+        out["uncompiled_records"] = base.name
+        out["vs_uncompiled"] = compare(records, read_records(base))
     return out
+
+
+def _identity(program: str, switches: dict[str, Any], slice_name: str, model: str) -> dict:
+    """What a run's records were made by, written beside its JSONL: a resume under other
+    switches (a program's defaults changed, another ``--set``) raises instead of mixing runs."""
+    plain = (str, int, float, bool, type(None))
+    return {
+        "program": program,
+        "switches": {k: v if isinstance(v, plain) else repr(v) for k, v in switches.items()},
+        "slice": slice_name,
+        "model": model,
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -103,7 +125,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     configure(args.model, **options)
     prog = artifact[0] if artifact is not None else programs.get(args.program, **switches)
     started = time.perf_counter()
-    evaluate(prog, examples, out_path=jsonl, resume=True, num_threads=1)
+    identity = _identity(args.program, dict(prog.switches), args.slice, args.model)
+    evaluate(prog, examples, out_path=jsonl, resume=True, num_threads=1, identity=identity)
     wall = time.perf_counter() - started
     summary = summarize_run(
         jsonl,
@@ -242,6 +265,7 @@ def main() -> None:
                     switches=old.get("switches", {}),
                     slice_name=old["slice"],
                     model=old["model"],
+                    uncompiled=old.get("uncompiled_records"),
                 )
                 old.update(new)
                 summary_path.write_text(json.dumps(old, indent=1) + "\n")

@@ -26,7 +26,7 @@ from typing import Any
 import dspy
 
 from sqlweave.errors import SqlweaveError
-from sqlweave.programs import SQLProgram, available, get
+from sqlweave.programs import SQLProgram, available, get, program_class
 
 logger = logging.getLogger(__name__)
 
@@ -196,8 +196,12 @@ def load_program(path: str | Path) -> tuple[SQLProgram, ArtifactMeta]:
             f"{path} is corrupted or incompatible: program {meta.program!r} is unknown to this "
             f"sqlweave (known: {', '.join(available())})"
         )
+    # A switch added after the artefact was saved is absent from it: it was compiled with the
+    # value the program had then, which a later change of default must not replace.
+    legacy = getattr(program_class(meta.program), "LEGACY_SWITCHES", {})
+    switches = {**legacy, **meta.switches}
     try:
-        program = get(meta.program, **meta.switches)
+        program = get(meta.program, **switches)
     except (TypeError, ValueError) as err:
         raise ArtifactError(
             f"{path} is corrupted or incompatible: cannot build {meta.program!r} with switches "

@@ -74,7 +74,7 @@ DEFAULT_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
         "schema_layout": ("native", "compact", "pretty"),
         "linker": ("none", "tables", "values"),
         "samples": (1, 5),
-        "corrector": ("none", "execution"),
+        "corrector": ("rules", "none", "execution"),
     },
     "weave": {
         "num_demos": (0, 2, 4),

@@ -25,8 +25,8 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get(name: str, **switches: Any) -> SQLProgram:
-    """Build the program registered as ``name`` with its ablation ``switches``."""
+def program_class(name: str) -> type[SQLProgram]:
+    """The class registered as ``name`` (imported on first use)."""
     import importlib
 
     try:
@@ -36,8 +36,12 @@ def get(name: str, **switches: Any) -> SQLProgram:
             f"unknown program {name!r}; choose one of {', '.join(available())}"
         ) from None
     module_name, cls_name = target.split(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
-    return cls(**switches)
+    return getattr(importlib.import_module(module_name), cls_name)
 
 
-__all__ = ["SQLProgram", "available", "get", "resolve_database"]
+def get(name: str, **switches: Any) -> SQLProgram:
+    """Build the program registered as ``name`` with its ablation ``switches``."""
+    return program_class(name)(**switches)
+
+
+__all__ = ["SQLProgram", "available", "get", "program_class", "resolve_database"]

@@ -44,7 +44,7 @@ def test_artifact_records_provenance(saved: Path, train: list[dspy.Example]) -> 
     meta = payload["meta"]
     assert meta["program"] == "direct"
     assert meta["switches"] == programs.get("direct").switches  # every switch, defaults included
-    assert meta["switches"]["schema_layout"] == "compact" and meta["switches"]["linker"] == "none"
+    assert meta["switches"]["schema_layout"] == "native" and meta["switches"]["linker"] == "none"
     assert meta["optimizer"] == "bootstrap" and meta["budget"] == 10
     assert meta["lm"] == "dummy"
     assert meta["val_ex"] == 1.0 and meta["n_train"] == 4 and meta["n_val"] == 2
@@ -131,3 +131,32 @@ def test_bad_artifacts_name_the_file_and_the_problem(saved: Path, edit, message:
     with pytest.raises(ArtifactError, match=message) as info:
         load_program(saved)
     assert str(saved) in str(info.value)
+
+
+def test_an_artefact_saved_before_a_switch_existed_keeps_the_value_it_was_compiled_with(
+    saved: Path,
+) -> None:
+    # direct's prompt_layout and prefill came after artefacts were saved without them, and their
+    # defaults changed since: such a file must rebuild the program it was compiled as.
+    payload = json.loads(saved.read_text())
+    for switch in ("prompt_layout", "prefill"):
+        payload["meta"]["switches"].pop(switch)
+    payload["meta"]["switches"]["schema_layout"] = "compact"
+    saved.write_text(json.dumps(payload))
+    program, meta = load_program(saved)
+    assert program.switches["prompt_layout"] == "script" and program.switches["prefill"] is True
+    assert program.switches["schema_layout"] == "compact"  # what the file names, it keeps
+    assert program.generate.prefill == "auto"
+    fresh = programs.get("direct")  # a new program gets today's defaults
+    assert fresh.switches["prompt_layout"] == "chat" and fresh.switches["prefill"] is False
+
+
+def test_the_committed_compiled_direct_loads_as_it_was_measured() -> None:
+    committed = (
+        Path(__file__).resolve().parents[1]
+        / "experiments/results/compile/direct__search__1.5b.artefact.json"
+    )
+    program, meta = load_program(committed)
+    assert "prompt_layout" not in meta.switches  # saved before the switch existed
+    assert program.switches["prompt_layout"] == "script" and program.switches["prefill"] is True
+    assert program.switches["corrector"] == "none" and program.switches["samples"] == 8

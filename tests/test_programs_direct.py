@@ -142,10 +142,14 @@ def test_direct_chat_layout_sends_a_question_line_not_a_script(db: Database) -> 
     user = messages[1]["content"]
     assert user.startswith("CREATE TABLE") and user.endswith("Question: How many singers?")
     assert "-- Using valid" not in user
-    # the default stays the SQL-script layout
+    # the default is the chat layout; the SQL-script layout is the other choice
+    default = DummyLM([{"sql": "SELECT 1"}])
+    with dspy.context(lm=default):
+        programs.get("direct")(question="How many singers?", db=db)
+    assert default.history[-1]["messages"] == messages
     plain = DummyLM([{"sql": "SELECT 1"}])
     with dspy.context(lm=plain):
-        programs.get("direct")(question="How many singers?", db=db)
+        programs.get("direct", prompt_layout="script")(question="How many singers?", db=db)
     script = plain.history[-1]["messages"]
     assert script[0]["role"] == "user" and "-- Using valid SQLite" in script[0]["content"]
     with pytest.raises(ValueError, match="prompt_layout"):
@@ -158,7 +162,8 @@ def test_direct_prefill_switch_reaches_the_adapter(db: Database) -> None:
     assert parse_switches(["prefill=false"]) == {"prefill": False}
     prog = programs.get("direct", prefill=False)
     assert prog.switches["prefill"] is False and prog.generate.prefill is False
-    assert programs.get("direct").generate.prefill == "auto"
+    assert programs.get("direct").generate.prefill is False  # the default since stop 32
+    assert programs.get("direct", prefill=True).generate.prefill == "auto"
     lm = DummyLM([{"sql": "SELECT 1"}])
     with dspy.context(lm=lm):
         prog(question="How many singers?", db=db)

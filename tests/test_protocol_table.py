@@ -64,3 +64,63 @@ def test_table_shows_cached_calls_beside_cost(protocol, tmp_path):
     assert weave.endswith("| 8.00 | 8.00 | 0 | 0.0 |")
     assert next(r for r in rows if r.startswith("| old |")).endswith("| — | — | — | — |")
     assert all(r.count("|") == header.count("|") for r in rows)
+
+
+def _records(path: Path, correct: list[bool]) -> None:
+    path.write_text(
+        "".join(
+            json.dumps({"question_id": f"q{i}", "correct": ok, "pred_sql": "SELECT 1"}) + "\n"
+            for i, ok in enumerate(correct)
+        )
+    )
+
+
+def test_a_compiled_run_compares_with_the_uncompiled_records_it_names(protocol, tmp_path):
+    # direct's defaults changed after its compiled run was measured: the comparison must keep
+    # reading the records of the program that was compiled, not today's default run.
+    compiled = tmp_path / "direct__compiled-search__bird-52__1.5b.jsonl"
+    _records(compiled, [True, True, True, False])
+    _records(tmp_path / "direct__bird-52__1.5b.jsonl", [True, True, True, True])
+    _records(tmp_path / "direct__compact_script__bird-52__1.5b.jsonl", [False, False, True, False])
+    kwargs = dict(program="direct", config="compiled-search", switches={}, slice_name="bird-52")
+    default = protocol.summarize_run(compiled, model="local:qwen2.5-coder-1.5b", **kwargs)
+    assert default["uncompiled_records"] == "direct__bird-52__1.5b.jsonl"
+    assert default["vs_uncompiled"]["only_baseline"] == 1
+    named = protocol.summarize_run(
+        compiled,
+        model="local:qwen2.5-coder-1.5b",
+        uncompiled="direct__compact_script__bird-52__1.5b.jsonl",
+        **kwargs,
+    )
+    assert named["uncompiled_records"] == "direct__compact_script__bird-52__1.5b.jsonl"
+    assert named["vs_uncompiled"]["only_run"] == 2 and named["vs_uncompiled"]["only_baseline"] == 0
+
+
+def test_a_resume_under_other_switches_is_refused(protocol, tmp_path, demo_concert_db):
+    import dspy
+    from dspy.utils import DummyLM
+
+    from sqlweave import programs
+    from sqlweave.evaluate import evaluate
+
+    ex = dspy.Example(
+        question_id="q0",
+        db_id="concert_singer",
+        question="How many singers?",
+        db_path=str(demo_concert_db),
+        gold_sql="SELECT count(*) FROM singer",
+        evidence="",
+    ).with_inputs("question", "db_path", "evidence")
+    out = tmp_path / "direct__spider-dev-200__1.5b.jsonl"
+    old = programs.get("direct", schema_layout="compact", corrector="none")
+    new = programs.get("direct")
+    first = protocol._identity("direct", dict(old.switches), "spider-dev-200", "m")
+    with dspy.context(lm=DummyLM([{"sql": "SELECT count(*) FROM singer"}] * 3)):
+        evaluate(old, [ex], out_path=out, resume=True, progress=False, identity=first)
+        again = protocol._identity("direct", dict(new.switches), "spider-dev-200", "m")
+        with pytest.raises(ValueError):
+            evaluate(new, [ex], out_path=out, resume=True, progress=False, identity=again)
+    assert (
+        first["switches"]["schema_layout"] == "compact"
+        and again["switches"]["corrector"] == "rules"
+    )

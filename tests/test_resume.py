@@ -338,7 +338,7 @@ def test_killed_switch_search_loses_at_most_one_trial(tmp_path: Path) -> None:
     cmd += ["--data-root", str(DEMO_ROOT), "--n-train", "10", "--trials", "6", "--no-progress"]
     # the bundle holds spider-train-val: its first two questions score each trial
     cmd += ["--n-val", "2"]
-    cmd += ["--space", "schema_layout=native,compact,pretty", "--space", "corrector=none,execution"]
+    cmd += ["--space", "schema_layout=native,compact,pretty", "--space", "corrector=rules,execution"]
     cmd += ["--out", str(out)]
     kills = (3, 7)
     for at in kills:
@@ -350,7 +350,7 @@ def test_killed_switch_search_loses_at_most_one_trial(tmp_path: Path) -> None:
     search = meta["extra"]["details"]["search"]
     trials = search["trials"]
     assert [t["status"] for t in trials] == ["done"] * 6 and search["n_val"] == 2
-    assert trials[0]["switches"] == {"schema_layout": "compact", "corrector": "none"}
+    assert trials[0]["switches"] == {"schema_layout": "native", "corrector": "rules"}
     uninterrupted = sum(t["calls"] for t in trials)
     made = _calls(log) - meta["extra"]["val_lm_calls"]
     assert uninterrupted <= made <= uninterrupted + len(kills) * max(t["calls"] for t in trials)

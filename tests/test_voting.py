@@ -91,7 +91,8 @@ def test_self_consistency_samples_distinct_rollouts_and_votes(db) -> None:
     )
     seen = spy_rollouts(lm)
     with dspy.context(lm=lm):
-        pred = SelfConsistency(DirectSQL(), n=4, temperature=0.8)(
+        # corrector="none": each candidate is the generator's own SQL, unrepaired
+        pred = SelfConsistency(DirectSQL(corrector="none"), n=4, temperature=0.8)(
             db=db, question="How many singers are there?"
         )
     assert pred.candidates == [N_STADIUMS, N_SINGERS, BROKEN, N_SINGERS_2]
