@@ -338,7 +338,12 @@ def test_killed_switch_search_loses_at_most_one_trial(tmp_path: Path) -> None:
     cmd += ["--data-root", str(DEMO_ROOT), "--n-train", "10", "--trials", "6", "--no-progress"]
     # the bundle holds spider-train-val: its first two questions score each trial
     cmd += ["--n-val", "2"]
-    cmd += ["--space", "schema_layout=native,compact,pretty", "--space", "corrector=rules,execution"]
+    cmd += [
+        "--space",
+        "schema_layout=native,compact,pretty",
+        "--space",
+        "corrector=rules,execution",
+    ]
     cmd += ["--out", str(out)]
     kills = (3, 7)
     for at in kills:
