@@ -205,6 +205,8 @@ def table() -> str:
     """Markdown tables, one per (slice, model), naive first, from the JSON summaries."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for path in sorted(RESULTS.glob("*.json")):
+        if path.name.endswith(".run.json"):  # a run's identity, beside its JSONL
+            continue
         summary = json.loads(path.read_text())
         groups.setdefault((summary["slice"], summary["model"]), []).append(summary)
     lines = [

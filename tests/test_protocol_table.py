@@ -124,3 +124,11 @@ def test_a_resume_under_other_switches_is_refused(protocol, tmp_path, demo_conce
         first["switches"]["schema_layout"] == "compact"
         and again["switches"]["corrector"] == "rules"
     )
+
+
+def test_run_identities_beside_the_records_are_not_summaries(protocol, tmp_path):
+    (tmp_path / "naive__bird-52__1.5b.json").write_text(json.dumps(_summary("naive", 0.25, None)))
+    (tmp_path / "naive__bird-52__1.5b.jsonl.run.json").write_text(
+        json.dumps({"_run": {"program": "naive", "switches": {}}})
+    )
+    assert "| naive | 52 |" in protocol.table()
