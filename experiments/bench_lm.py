@@ -309,6 +309,11 @@ def _sql(row: dict[str, Any]) -> str:
     return row["pred_sql"]
 
 
+def _first_candidate(row: dict[str, Any]) -> str:
+    """The generator's own first SQL, before any corrector (``direct`` mends it with rules)."""
+    return (row.get("candidates") or [row["pred_sql"]])[0]
+
+
 def checks(modes: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The identity checks and the issue's targets, for the modes that ran."""
     rows = {name: mode["rows"] for name, mode in modes.items()}
@@ -322,8 +327,8 @@ def checks(modes: dict[str, dict[str, Any]]) -> dict[str, Any]:
             stats["direct_lookup"]["s_per_question"], 1e-9
         )
     if "direct" in rows and "sc8" in rows:
-        greedy = [{**row, "pred_sql": (row["candidates"] or [""])[0]} for row in rows["sc8"]]
-        out["sc_greedy_is_direct"] = same_outputs(greedy, rows["direct"], _sql)
+        # sc8's greedy candidate against direct's generated SQL, both before the corrector
+        out["sc_greedy_is_direct"] = same_outputs(rows["sc8"], rows["direct"], _first_candidate)
         out["sc_over_direct"] = stats["sc8"]["s_per_question"] / max(
             stats["direct"]["s_per_question"], 1e-9
         )
