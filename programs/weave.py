@@ -18,6 +18,9 @@ what a 1.5B model on a laptop can use:
 5. **Repair only on failure** (Dubo-SQL's execution-feedback loop): when the voted query errors or
    returns nothing, one correction round with the error or the empty result as feedback.
 
+``candidate_rules=True`` puts MageSQL's rule-based correction (no LM call) on every candidate
+before the vote, so a query naming a column on the wrong alias or misspelt can still win.
+
 Every stage is a switch: ``num_demos=4``, ``value_hints=False``, ``samples=1``,
 ``repair_rounds=0`` turn one on or off, so the ablations are configurations
 (:attr:`WeaveSQL.ABLATIONS`). The roles of :mod:`sqlweave.programs.stages` are replaceable by
@@ -110,6 +113,7 @@ class WeaveSQL(SQLProgram):
         linker: str | dspy.Module = "none",
         selector: str | dspy.Module = "vote",
         corrector: str | dspy.Module = "execution",
+        candidate_rules: bool = False,
         *,
         pool: Iterable[dspy.Example] | None = None,
         retriever: Any = None,
@@ -138,6 +142,7 @@ class WeaveSQL(SQLProgram):
             repair_rounds=repair_rounds,
             schema_layout=schema_layout,
             **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
+            candidate_rules=bool(candidate_rules),
         )
         self.num_demos = num_demos
         self.demo_strategy = demo_strategy
@@ -156,6 +161,8 @@ class WeaveSQL(SQLProgram):
             corrector,
             settings={"execution": {"max_rounds": repair_rounds, "retry_on_empty": True}},
         )
+        self.candidate_rules = bool(candidate_rules)
+        self.rules = stage_registry.build("corrector", "rules") if candidate_rules else None
 
     def schema_text(self, db: Database, tables: Iterable[str] | None = None) -> str:
         """The schema as the prompt shows it; ``tables`` (linked) keeps only theirs."""
@@ -191,6 +198,13 @@ class WeaveSQL(SQLProgram):
             "value_hints": format_values(mentioned),
         }
         candidates = self.sampler(db=db, **inputs)
+        if self.rules is not None:
+            mended = [
+                self.rules(sql=c, db=db, question=question).sql if c else c for c in candidates
+            ]
+            if mended != candidates:
+                stages.append("rules")
+            candidates = mended
         if self.samples > 1:
             picked = self.selector(
                 candidates=candidates, db=db, question=question, evidence=evidence, db_schema=schema

@@ -88,6 +88,27 @@ def test_weave_repairs_a_failing_query(db: Database) -> None:
     assert "no such column" in json.dumps(pred.history).lower()
 
 
+def test_weave_candidate_rules_mend_candidates_before_the_vote(db: Database) -> None:
+    # Two candidates name a column on the wrong alias and fail; mended, they agree and win the
+    # vote over the third. Without the rules the working third wins.
+    wrong = "SELECT T2.Name FROM singer AS T1 JOIN singer_in_concert AS T2 ON T1.Singer_ID = T2.Singer_ID"
+    other = "SELECT Country FROM singer"
+    answers = [{"sql": wrong}, {"sql": wrong}, {"sql": other}]
+    plain = programs.get("weave", samples=3, value_hints=False, repair_rounds=0)
+    with dspy.context(lm=DummyLM(list(answers))):
+        before = plain(question="Names of singers in concerts?", db=db)
+    assert before.sql == other and "rules" not in before.stages
+    mending = programs.get(
+        "weave", samples=3, value_hints=False, repair_rounds=0, candidate_rules=True
+    )
+    assert mending.switches["candidate_rules"] is True
+    with dspy.context(lm=DummyLM(list(answers))):
+        after = mending(question="Names of singers in concerts?", db=db)
+    assert after.candidates[0] == after.candidates[1] != wrong
+    assert "T1.Name" in after.sql and after.stages[:2] == ["rules", "vote"]
+    assert db.execute(after.sql).rows  # it runs
+
+
 @pytest.mark.parametrize("config", sorted(programs.get("weave").ABLATIONS))
 def test_every_weave_configuration_runs(config: str, db: Database) -> None:
     switches = programs.get("weave").ABLATIONS[config]
