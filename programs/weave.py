@@ -19,7 +19,9 @@ what a 1.5B model on a laptop can use:
    returns nothing, one correction round with the error or the empty result as feedback.
 
 ``candidate_rules=True`` puts MageSQL's rule-based correction (no LM call) on every candidate
-before the vote, so a query naming a column on the wrong alias or misspelt can still win.
+before the vote, so a query naming a column on the wrong alias or misspelt can still win. It is off:
+on all 200 ``spider-train-val`` questions it scored 76.5 against the default's 80.0 (2 gained, 9
+lost), because the mended candidates that over-join now run and outvote the right answer.
 
 Every stage is a switch: ``num_demos=4``, ``value_hints=False``, ``samples=1``,
 ``repair_rounds=0`` turn one on or off, so the ablations are configurations
