@@ -162,3 +162,20 @@ def sqlite_ddl(db: Path) -> str:
     finally:
         conn.close()
     return "\n".join(row[0] for row in rows)
+
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+def load_experiment(name: str) -> Any:
+    """``experiments/<name>.py`` as a module, with ``experiments/`` on the path while it loads
+    (the benchmarks import ``bench_lm`` beside them)."""
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        spec = importlib.util.spec_from_file_location(name, EXPERIMENTS / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+    return module

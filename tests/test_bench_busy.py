@@ -3,7 +3,6 @@ stand-in model writes the table and JSON (a real run takes minutes of the 1.5B m
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -11,23 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import load_experiment
 from test_bench_lm import Oracle, load_stand_in  # bench_lm's own test's stand-in model
 
 llama_cpp = pytest.importorskip("llama_cpp")  # patched below; no model is loaded
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-
 
 def _bench() -> Any:
-    sys.path.insert(0, str(EXPERIMENTS))  # bench_busy imports bench_lm beside it
-    try:
-        spec = importlib.util.spec_from_file_location("bench_busy", EXPERIMENTS / "bench_busy.py")
-        module = importlib.util.module_from_spec(spec)
-        assert spec.loader is not None
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(EXPERIMENTS))
-    return module
+    return load_experiment("bench_busy")
 
 
 def _alive(pid: int) -> bool:

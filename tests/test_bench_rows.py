@@ -6,30 +6,19 @@ is the plumbing: every row count measured, one row against itself exact, and the
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import need_llama_cpp
+from conftest import load_experiment, need_llama_cpp
 
 from sqlweave import lm as sqlweave_lm
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-
 
 def _bench() -> Any:
-    sys.path.insert(0, str(EXPERIMENTS))  # bench_rows imports bench_lm beside it
-    try:
-        spec = importlib.util.spec_from_file_location("bench_rows", EXPERIMENTS / "bench_rows.py")
-        module = importlib.util.module_from_spec(spec)
-        assert spec.loader is not None
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(EXPERIMENTS))
-    return module
+    return load_experiment("bench_rows")
 
 
 @pytest.mark.lm
