@@ -90,9 +90,22 @@ def protocol_command(args: argparse.Namespace, slice_name: str, artefact: Path |
     """``protocol.py`` for the uncompiled program (``artefact`` None) or the compiled one."""
     cmd = [sys.executable, str(HERE / "protocol.py"), "--slice", slice_name, "--model", args.model]
     cmd += ["--artifact", str(artefact)] if artefact else ["--program", args.program]
+    if artefact and getattr(args, "tag", ""):  # its own protocol files, beside an earlier one's
+        cmd += ["--config", _compiled_config(args.optimizer, args.tag)]
     if args.n_threads:
         cmd += ["--n-threads", str(args.n_threads)]
     return cmd
+
+
+def _compiled_config(optimizer: str, tag: str = "") -> str:
+    """The protocol label of a compiled run: ``compiled-<optimizer>[-<tag>]``."""
+    return f"compiled-{optimizer}" + (f"-{tag}" if tag else "")
+
+
+def _stem(args: argparse.Namespace) -> str:
+    """``<program>__<optimizer>[-<tag>]__<model>``: the compile's file names."""
+    optimizer = args.optimizer + (f"-{args.tag}" if getattr(args, "tag", "") else "")
+    return f"{args.program}__{optimizer}__{model_tag(args.model)}"
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> None:
@@ -124,7 +137,7 @@ def summarize(args: argparse.Namespace, artefact: Path, compile_wall: float | No
         before = (
             PROTOCOL_RESULTS / f"{protocol_stem(args.program, '', slice_name, args.model)}.json"
         )
-        config = f"compiled-{meta.get('optimizer', args.optimizer)}"
+        config = _compiled_config(meta.get("optimizer", args.optimizer), getattr(args, "tag", ""))
         after = (
             PROTOCOL_RESULTS / f"{protocol_stem(args.program, config, slice_name, args.model)}.json"
         )
@@ -248,6 +261,9 @@ def main() -> None:
     parser.add_argument("--n-threads", type=int, default=None)
     parser.add_argument("--recompile", action="store_true", help="compile even if saved")
     parser.add_argument("--skip-uncompiled", action="store_true", help="no uncompiled runs")
+    parser.add_argument(
+        "--tag", default="", help="names this compile's files apart from an earlier one's"
+    )
     args = parser.parse_args()
     if args.table:
         text = table()
@@ -260,7 +276,7 @@ def main() -> None:
     env = dict(os.environ)
     if args.n_threads:
         env["SQLWEAVE_N_THREADS"] = str(args.n_threads)
-    artefact = RESULTS / f"{args.program}__{args.optimizer}__{model_tag(args.model)}.artefact.json"
+    artefact = RESULTS / f"{_stem(args)}.artefact.json"
     compile_wall = None
     if args.recompile or not artefact.exists():
         started = time.perf_counter()
@@ -273,7 +289,7 @@ def main() -> None:
         if not args.skip_uncompiled and not before.exists():
             _run(protocol_command(args, slice_name, None), env)
         _run(protocol_command(args, slice_name, artefact), env)
-    out = RESULTS / f"{args.program}__{args.optimizer}__{model_tag(args.model)}.json"
+    out = RESULTS / f"{_stem(args)}.json"
     if compile_wall is None:
         compile_wall = previous_compile_wall(out)
     summary = summarize(args, artefact, compile_wall)

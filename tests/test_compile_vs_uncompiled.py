@@ -60,6 +60,16 @@ def test_protocol_commands_uncompiled_and_artefact(cvu, tmp_path):
     assert loaded[loaded.index("--n-threads") + 1] == "1"
 
 
+def test_a_tagged_compile_keeps_its_files_apart(cvu, tmp_path):
+    args = _args(program="direct", tag="rules")
+    assert cvu._stem(args) == "direct__search-rules__1.5b"
+    assert cvu._stem(_args(program="direct")) == "direct__search__1.5b"
+    loaded = cvu.protocol_command(args, "bird-52", tmp_path / "a.json")
+    assert loaded[loaded.index("--config") + 1] == "compiled-search-rules"
+    assert "--config" not in cvu.protocol_command(_args(), "bird-52", tmp_path / "a.json")
+    assert "--config" not in cvu.protocol_command(args, "bird-52", None)  # the uncompiled run
+
+
 def _summary(program, config, ex, **extra):
     return {
         "program": program,
