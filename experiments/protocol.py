@@ -87,14 +87,9 @@ def summarize_run(
 
 def _identity(program: str, switches: dict[str, Any], slice_name: str, model: str) -> dict:
     """What a run's records were made by, written beside its JSONL: a resume under other
-    switches (a program's defaults changed, another ``--set``) raises instead of mixing runs."""
-    plain = (str, int, float, bool, type(None))
-    return {
-        "program": program,
-        "switches": {k: v if isinstance(v, plain) else repr(v) for k, v in switches.items()},
-        "slice": slice_name,
-        "model": model,
-    }
+    switches (a program's defaults changed, another ``--set``) raises instead of mixing runs.
+    ``evaluate`` writes and compares it as JSON (a value JSON cannot hold becomes its text)."""
+    return {"program": program, "switches": switches, "slice": slice_name, "model": model}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

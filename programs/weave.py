@@ -201,9 +201,7 @@ class WeaveSQL(SQLProgram):
         }
         candidates = self.sampler(db=db, **inputs)
         if self.rules is not None:
-            mended = [
-                self.rules(sql=c, db=db, question=question).sql if c else c for c in candidates
-            ]
+            mended = [self.rules(sql=c, db=db, question=question).sql for c in candidates]
             if mended != candidates:
                 stages.append("rules")
             candidates = mended
