@@ -19,7 +19,7 @@ from sqlweave.db import Database
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
 from sqlweave.programs.naive import prompt_schema
-from sqlweave.programs.voting import Sampler
+from sqlweave.programs.voting import Sampler, settle_for
 from sqlweave.signatures import GenerateSQL
 
 
@@ -94,9 +94,11 @@ class DirectSQL(SQLProgram):
         self.samples = samples
         self.prompt_layout = prompt_layout
         self.generate = Generator(GenerateSQL, layout=prompt_layout, prefill=bool(prefill))
-        self.sampler = Sampler(self.generate, n=samples, temperature=float(temperature))
         self.linker = stage_registry.build("linker", linker)
         self.selector = stage_registry.build("selector", selector)
+        self.sampler = Sampler(
+            self.generate, n=samples, temperature=float(temperature), **settle_for(self.selector)
+        )
         self.corrector = stage_registry.build(
             "corrector",
             corrector,

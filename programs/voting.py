@@ -106,16 +106,30 @@ def execution_groups(
     """
     if weights is not None and len(weights) != len(candidates):
         raise ValueError(f"{len(weights)} weights for {len(candidates)} candidates")
+    outcomes = [
+        execute_quietly(db, sql, timeout_s=timeout_s, max_rows=max_rows) for sql in candidates
+    ]
+    return group_outcomes(candidates, outcomes, db.dialect, weights), outcomes
+
+
+def group_outcomes(
+    candidates: Sequence[str | None],
+    outcomes: Sequence[QueryResult | ExecutionError | None],
+    dialect: str,
+    weights: Sequence[float] | None = None,
+) -> list[ExecutionGroup]:
+    """Group executed candidates by equivalent results, in order (:func:`execution_groups`
+    without the execution). A candidate whose outcome is an error or None (not known yet)
+    joins no group; members keep their positions in ``candidates``."""
     groups: list[ExecutionGroup] = []
-    outcomes: list[QueryResult | ExecutionError] = []
-    for i, sql in enumerate(candidates):
-        outcome = execute_quietly(db, sql, timeout_s=timeout_s, max_rows=max_rows)
-        outcomes.append(outcome)
+    for i, (sql, outcome) in enumerate(zip(candidates, outcomes, strict=True)):
+        if outcome is None:
+            continue
         if isinstance(outcome, ExecutionError):
             logger.debug("vote: candidate %d failed: %s", i, outcome.feedback())
             continue
         weight = 1.0 if weights is None else float(weights[i])
-        ordered = has_top_level_order_by(sql, db.dialect)
+        ordered = has_top_level_order_by(sql or "", dialect)
         for group in groups:
             if equivalent(group.result, outcome, ordered=ordered and group.ordered):
                 group.members.append(i)
@@ -123,7 +137,55 @@ def execution_groups(
                 break
         else:
             groups.append(ExecutionGroup([i], outcome, weight, ordered))
-    return groups, outcomes
+    return groups
+
+
+def _rank(group: ExecutionGroup) -> tuple[float, bool, int]:
+    """The vote's order of classes: weight, then non-empty, then the earliest member."""
+    # Round weights so float sums like 0.1 + 0.2 tie with 0.3 instead of deciding by noise.
+    return (round(group.weight, 9), not group.empty, -group.first)
+
+
+def vote_settled(groups: Sequence[ExecutionGroup], undecided: float) -> bool:
+    """Whether candidates still to come (``undecided``: their summed weight) can no longer change
+    which class :func:`vote` picks, whatever they return.
+
+    The leading class wins outright if it outweighs the runner-up with every undecided candidate
+    added to it; on an exact tie it still wins if it is non-empty and holds the first candidate
+    (rules 2 and 3 of the module docstring). Adaptive self-consistency: once settled, the
+    remaining samples need not be decoded.
+    """
+    if not groups:
+        return False
+    ranked = sorted(groups, key=_rank, reverse=True)
+    runner_up = ranked[1].weight if len(ranked) > 1 else 0.0
+    margin = round(ranked[0].weight - runner_up - undecided, 9)
+    return margin > 0 or (margin == 0 and not ranked[0].empty and ranked[0].first == 0)
+
+
+class VoteTally:
+    """The unweighted execution vote over candidates that arrive one by one: each distinct SQL
+    is executed once, and :meth:`settled` says when the rest cannot change the winner."""
+
+    def __init__(self, db: Database, timeout_s: float = FEEDBACK_TIMEOUT_S) -> None:
+        self.db = db
+        self.timeout_s = timeout_s
+        self._outcomes: dict[str, QueryResult | ExecutionError] = {}
+
+    def outcome(self, sql: str) -> QueryResult | ExecutionError:
+        if sql not in self._outcomes:
+            self._outcomes[sql] = execute_quietly(
+                self.db, sql, timeout_s=self.timeout_s, max_rows=VOTE_MAX_ROWS
+            )
+        return self._outcomes[sql]
+
+    def settled(self, candidates: Sequence[str | None], later: int = 0) -> bool:
+        """Whether ``candidates`` (in the vote's order; None: one not known yet) and ``later``
+        more after them can no longer change :func:`vote`'s winning class."""
+        outcomes = [None if sql is None else self.outcome(sql) for sql in candidates]
+        groups = group_outcomes(candidates, outcomes, self.db.dialect)
+        undecided = sum(sql is None for sql in candidates) + later
+        return vote_settled(groups, float(undecided))
 
 
 def vote(
@@ -141,8 +203,7 @@ def vote(
     if not groups:
         logger.debug("vote: every candidate failed; returning the first")
         return VoteResult(candidates[0], [], 0, 0.0, total, outcomes)
-    # Round weights so float sums like 0.1 + 0.2 tie with 0.3 instead of deciding by noise.
-    best = max(groups, key=lambda g: (round(g.weight, 9), not g.empty, -g.first))
+    best = max(groups, key=_rank)
     return VoteResult(candidates[best.first], groups, best.first, best.weight, total, outcomes)
 
 
@@ -168,6 +229,12 @@ class Sampler(dspy.Module):
     ``predictor`` is a :class:`~sqlweave.programs.base.SQLProgram` (called with ``db=``) or any
     module / predictor whose output has a ``sql_field``; it is called with the other inputs.
     Garbage output becomes an empty candidate, never an exception.
+
+    ``settle`` is for candidates that go to the unweighted execution vote (:func:`vote`, the
+    ``vote`` selector) and nowhere else: sampling stops once the candidates so far decide the
+    vote whatever the rest would return (:func:`vote_settled`), so fewer than ``n`` may come
+    back. The vote then picks the same class of answers it would pick from all ``n``. A local
+    model decoding the samples together stops their batch at that point too.
     """
 
     def __init__(
@@ -177,6 +244,8 @@ class Sampler(dspy.Module):
         temperature: float = 0.7,
         greedy_first: bool = True,
         sql_field: str = "sql",
+        settle: bool = False,
+        settle_timeout_s: float = FEEDBACK_TIMEOUT_S,
     ) -> None:
         super().__init__()
         if n < 1:
@@ -186,6 +255,8 @@ class Sampler(dspy.Module):
         self.temperature = temperature
         self.greedy_first = greedy_first
         self.sql_field = sql_field
+        self.settle = settle
+        self.settle_timeout_s = settle_timeout_s
 
     def _call(self, db: Database, inputs: dict[str, Any]) -> str:
         try:
@@ -203,7 +274,8 @@ class Sampler(dspy.Module):
             return self._call(db, inputs)
 
     def forward(self, db: Database | str | Path, **inputs: Any) -> list[str]:
-        """The candidates in rollout order (the greedy one first).
+        """The candidates in rollout order (the greedy one first); with ``settle``, those made
+        before the vote was decided.
 
         The rollouts share one prompt, so they run inside
         :func:`~sqlweave.lm.batched_samples`: a local model decodes them together, the greedy
@@ -211,12 +283,27 @@ class Sampler(dspy.Module):
         """
         database = resolve_database(db)
         first = 1 if self.greedy_first else 0
+        candidates: list[str] = []
+        tally = VoteTally(database, self.settle_timeout_s) if self.settle and self.n > 1 else None
+
+        def batch_settled(answers: Sequence[str | None]) -> bool:
+            """The batch's answers (None: still decoding) are the next candidates, in order."""
+            known = [None if text is None else extract_sql(text) for text in answers]
+            later = max(0, self.n - len(candidates) - len(answers))
+            return tally is not None and tally.settled([*candidates, *known], later)
+
         with batched_samples(
             self.n - first,
             temperature=self.temperature,
             greedy=bool(first) and self.temperature > 0,
+            settle=batch_settled if tally is not None else None,
         ):
-            return [self._rollout(i, database, inputs) for i in range(self.n)]
+            for i in range(self.n):
+                if tally is not None and candidates and tally.settled(candidates, self.n - i):
+                    logger.debug("sampler: the vote is settled after %d of %d", i, self.n)
+                    break
+                candidates.append(self._rollout(i, database, inputs))
+        return candidates
 
 
 class VoteSelector(dspy.Module):
@@ -270,3 +357,12 @@ class SelfConsistency(Sampler):
         candidates = super().forward(db=database, **inputs)
         result = vote(candidates, database)
         return dspy.Prediction(sql=result.sql, candidates=candidates, vote=result)
+
+
+def settle_for(selector: Any) -> dict[str, Any]:
+    """:class:`Sampler` settings for candidates that go to ``selector`` (and are otherwise only
+    recorded): ``settle`` when it is the plain execution vote, which samples need not outlast
+    once it is decided; nothing for any other selector (an LM judge, a weighted vote)."""
+    if type(selector) is VoteSelector:
+        return {"settle": True, "settle_timeout_s": selector.timeout_s}
+    return {}

@@ -53,7 +53,7 @@ from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
 from sqlweave.programs.demos import DemoSource
 from sqlweave.programs.naive import prompt_schema
-from sqlweave.programs.voting import Sampler
+from sqlweave.programs.voting import Sampler, settle_for
 from sqlweave.signatures import GenerateSQLFromExamples
 from sqlweave.values import ValueIndex
 
@@ -155,9 +155,15 @@ class WeaveSQL(SQLProgram):
         self.schema_layout = schema_layout
         self.demo_source = DemoSource(demo_strategy, num_demos, pool=pool, retriever=retriever)
         self.generate = Generator(GenerateSQLFromExamples)
-        self.sampler = Sampler(self.generate, n=samples, temperature=self.temperature)
         self.linker = stage_registry.build("linker", linker)
         self.selector = stage_registry.build("selector", selector)
+        # Mended candidates are what the vote sees, so the samples cannot settle it themselves.
+        self.sampler = Sampler(
+            self.generate,
+            n=samples,
+            temperature=self.temperature,
+            **(settle_for(self.selector) if not candidate_rules else {}),
+        )
         self.corrector = stage_registry.build(
             "corrector",
             corrector,

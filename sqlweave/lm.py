@@ -41,7 +41,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -220,7 +220,8 @@ class CallStats:
     among the sequences in it; ``batch_size`` is the number of sequences decoded together (0
     outside a batch), ``batch_tokens`` (tokens fed, summed over the sequences) and ``batch_ms``
     the whole batch's, and ``batch_rows`` the rows llama.cpp evaluated for them: sequences whose
-    tokens are so far the same share one row per step (see :meth:`_generate_batched`).
+    tokens are so far the same share one row per step (see :meth:`_generate_batched`);
+    ``batch_cancelled`` the sequences given up unfinished once the batch's caller had settled.
     """
 
     prompt_eval_tokens: int = 0
@@ -235,6 +236,7 @@ class CallStats:
     batch_tokens: int = 0
     batch_ms: float = 0.0
     batch_rows: int = 0
+    batch_cancelled: int = 0
 
 
 DEFAULT_N_SEQ_MAX = 8
@@ -275,6 +277,9 @@ class _BatchPlan:
     sample_temp: float | None = None
     """When set, sequence 0 decodes with the completion's own settings (a greedy call) and
     sequences 1..k-1 sample at this temperature, their other settings the same."""
+    settle: Callable[[list[bytes | None]], bool] | None = None
+    """Called when sequences finish, with each sequence's text (None while it decodes); True
+    gives up the sequences after the first that are still decoding (see :class:`SampleBatch`)."""
     stop: Any = None
     max_tokens: int | None = 16
     captured: bool = False
@@ -358,6 +363,7 @@ class _Sequence:
     ms: float = 0.0
     criteria: bool = False
     dropped: bool = False
+    cancelled: bool = False
 
 
 def _shared_rows(active: list[_Sequence]) -> list[list[_Sequence]]:
@@ -424,7 +430,13 @@ class _DecodingLlama:
         self._batch_plan = None
         self.call_stats = CallStats()
 
-    def arm_batch(self, k: int, *, sample_temperature: float | None = None) -> None:
+    def arm_batch(
+        self,
+        k: int,
+        *,
+        sample_temperature: float | None = None,
+        settle: Callable[[list[bytes | None]], bool] | None = None,
+    ) -> None:
         """Decode ``k`` sequences of the next completion's prompt together (at most
         ``n_seq_max``); :meth:`take_batch` then returns the sequences after the first. Call
         after :meth:`begin_call`. Without room for a batch the completion runs as usual.
@@ -432,11 +444,15 @@ class _DecodingLlama:
         By default every sequence is a sample with the completion's own settings. With
         ``sample_temperature`` the completion itself (sequence 0, typically greedy) keeps its
         settings and the others sample at that temperature: a greedy answer and its samples
-        in one batch."""
+        in one batch.
+
+        ``settle`` is asked, each step in which a sequence finishes, whether the rest are still
+        wanted: it gets every sequence's text so far (None while decoding) and returns True to
+        give up those after the first that are still decoding."""
         k = min(k, self.n_seq_max)
         if sample_temperature is not None and sample_temperature <= 0:
             raise ValueError(f"sample_temperature must be > 0, not {sample_temperature!r}")
-        self._batch_plan = _BatchPlan(k, sample_temperature) if k > 1 else None
+        self._batch_plan = _BatchPlan(k, sample_temperature, settle) if k > 1 else None
 
     def take_batch(self) -> list[_SeqResult]:
         """The extra samples of the completion just made (empty when it was not batched), and
@@ -580,6 +596,12 @@ class _DecodingLlama:
                         still.append(seq)
                     elif seq.index:  # its cells are free for the others
                         self._seq_rm(seq.index)
+                if (
+                    plan.settle is not None
+                    and len(still) < len(active)
+                    and any(seq.index for seq in still)
+                ):
+                    still = self._settle(plan, seqs, still)
                 active = still
                 while active:
                     groups = _shared_rows(active)
@@ -635,7 +657,7 @@ class _DecodingLlama:
             yield from super().generate(tokens, **kwargs)
             return
         for seq in seqs[1:]:
-            if seq.dropped:
+            if seq.dropped or seq.cancelled:
                 continue
             if (
                 criteria is not None
@@ -660,6 +682,7 @@ class _DecodingLlama:
         stats.decode_steps += first.steps
         stats.eval_ms += first.ms
         stats.batch_size = sum(not seq.dropped for seq in seqs)
+        stats.batch_cancelled = sum(seq.cancelled for seq in seqs)
         stats.batch_tokens = sum(len(seq.fed) for seq in seqs)
         stats.batch_rows = rows
         stats.batch_ms = (time.perf_counter() - started) * 1000
@@ -677,6 +700,30 @@ class _DecodingLlama:
                 return
             yield token
             last = token
+
+    def _settle(
+        self, plan: _BatchPlan, seqs: list[_Sequence], still: list[_Sequence]
+    ) -> list[_Sequence]:
+        """``still`` (the sequences decoding on), less those after the first if ``plan.settle``
+        says the answers so far are enough; a failing callback is logged and then ignored."""
+        decoding = {id(seq) for seq in still}
+        texts = [
+            None if id(seq) in decoding or seq.dropped else seq.completion.text for seq in seqs
+        ]
+        try:
+            settled = plan.settle(texts)  # type: ignore[misc]
+        except Exception:
+            logger.warning("a batch's settle callback failed; decoding on", exc_info=True)
+            plan.settle = None
+            return still
+        if not settled:
+            return still
+        plan.settle = None
+        for seq in still:
+            if seq.index:
+                seq.cancelled = True
+                self._seq_rm(seq.index)
+        return [seq for seq in still if not seq.index]
 
     # The llama.cpp calls of a batch; tests replace these.
     def _seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
@@ -1111,14 +1158,29 @@ class SampleBatch:
     then decodes as one more sequence beside the ``k`` samples, answers with the greedy
     completion, and all ``k`` samples wait for the calls that follow with the same prompt and
     settings at ``temperature``.
+
+    ``settle``, when given, is asked by the local engine during the batch, whenever a sequence
+    finishes, whether the answers so far are enough: it gets the batch's answers in the order the
+    block's calls receive them (the call that made the batch first; each the text that call
+    would return, None while still decoding) and returns True to stop. Sequences still decoding
+    are then given up (never stashed), so the caller must not ask for them: self-consistency
+    uses it to stop once its vote is decided (:class:`sqlweave.programs.voting.Sampler`).
     """
 
-    def __init__(self, k: int, temperature: float | None = None, greedy: bool = False) -> None:
+    def __init__(
+        self,
+        k: int,
+        temperature: float | None = None,
+        greedy: bool = False,
+        settle: Callable[[list[str | None]], bool] | None = None,
+    ) -> None:
         if greedy and (temperature is None or temperature <= 0):
             raise ValueError("a block hosting its greedy call needs the samples' temperature > 0")
         self.k = k
         self.temperature = None if temperature is None else float(temperature)
         self.greedy = greedy
+        self.settle = settle
+        self.cancelled = 0
         self.spent = False
         self.decoded = 0
         self.served = 0
@@ -1175,6 +1237,11 @@ class SampleBatch:
             self.decoded += len(responses) + int(caller)
             self._stash.setdefault(key, []).extend(responses)
 
+    def gave_up(self, n: int) -> None:
+        """Count ``n`` samples the batch stopped decoding once ``settle`` said so."""
+        with self._lock:
+            self.cancelled += n
+
     def clear(self) -> None:
         """Drop the samples nobody took."""
         with self._lock:
@@ -1188,7 +1255,11 @@ _SAMPLE_BATCH: contextvars.ContextVar[SampleBatch | None] = contextvars.ContextV
 
 @contextmanager
 def batched_samples(
-    k: int, *, temperature: float | None = None, greedy: bool = False
+    k: int,
+    *,
+    temperature: float | None = None,
+    greedy: bool = False,
+    settle: Callable[[list[str | None]], bool] | None = None,
 ) -> Iterator[SampleBatch | None]:
     """Decode the next ``k`` sampled calls on one prompt together (local models only).
 
@@ -1210,17 +1281,36 @@ def batched_samples(
     calls that follow with the same messages and settings at ``temperature``. The greedy answer
     is that of an ordinary greedy call except where the batch's floating-point sums tip a
     near-tie. Such a block is worth making for one sample too (``k >= 1``).
+
+    ``settle`` lets the caller stop the batch early (see :class:`SampleBatch`).
     """
     if k < (1 if greedy else 2):
         yield None
         return
-    batch = SampleBatch(k, temperature, greedy)
+    batch = SampleBatch(k, temperature, greedy, settle)
     token = _SAMPLE_BATCH.set(batch)
     try:
         yield batch
     finally:
         _SAMPLE_BATCH.reset(token)
         batch.clear()
+
+
+def _engine_settle(
+    settle: Callable[[list[str | None]], bool] | None, prefill: str
+) -> Callable[[list[bytes | None]], bool] | None:
+    """A block's ``settle`` as the loaded model asks it: each sequence's bytes so far become
+    the content its call would return (the prefill, then the text decoded as
+    ``create_completion`` decodes it)."""
+    if settle is None:
+        return None
+
+    def ask(texts: list[bytes | None]) -> bool:
+        return settle(
+            [None if t is None else prefill + t.decode("utf-8", errors="ignore") for t in texts]
+        )
+
+    return ask
 
 
 class LlamaCppEngine:
@@ -1364,10 +1454,12 @@ class LlamaCppEngine:
                     keep_prompt=options["temperature"] > 0,
                     prompt_cache_bytes=self.prompt_cache_bytes,
                 )
+            prefill = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
+            settle = _engine_settle(batch.settle, prefill) if batched else None  # type: ignore[union-attr]
             if batched and hosting:
-                arm(batch.k + 1, sample_temperature=batch.temperature)  # type: ignore[union-attr]
+                arm(batch.k + 1, sample_temperature=batch.temperature, settle=settle)  # type: ignore[union-attr]
             elif batched:
-                arm(batch.k)  # type: ignore[union-attr]
+                arm(batch.k, settle=settle)  # type: ignore[union-attr]
             try:
                 if messages and messages[-1]["role"] == "assistant":
                     raw = _continue_assistant(loaded.llama, messages, dict(options))
@@ -1378,6 +1470,8 @@ class LlamaCppEngine:
                     extra = loaded.llama.take_batch()
             seconds = time.perf_counter() - started
             perf = _perf(loaded.llama)
+        if batched and perf.get("batch_cancelled"):
+            batch.gave_up(int(perf["batch_cancelled"]))  # type: ignore[union-attr]
         choice = raw["choices"][0]
         usage = raw.get("usage") or {}
         prompt_tokens = int(usage.get("prompt_tokens", 0))
@@ -1388,7 +1482,6 @@ class LlamaCppEngine:
             # Each sample pays for its own decode steps; the first keeps the rest of the call.
             shares = [result.eval_ms / 1000 for result in extra]
             seconds = max(0.0, seconds - sum(shares))
-            prefill = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
             batch.put(  # type: ignore[union-attr]
                 key,  # type: ignore[arg-type]
                 [

@@ -201,13 +201,14 @@ def complete(
     ask_more: int = 0,
     temp: float = 0.8,
     sample_temp: float | None = None,
+    settle: Any = None,
 ) -> tuple[_Completion, list[_SeqResult], CallStats]:
     """One completion (sampled unless ``temp`` is 0) as the engine makes it: settings, a batch
     plan as ``create_completion`` fills it, then the completion read off ``generate`` as
     ``_create_completion`` reads it (``ask_more``: a reader that stops that much later)."""
     llama.begin_call(lookup_tokens=0, keep_prompt=keep, prompt_cache_bytes=10**6)
     if batch:
-        llama.arm_batch(batch, sample_temperature=sample_temp)
+        llama.arm_batch(batch, sample_temperature=sample_temp, settle=settle)
         plan = llama._batch_plan
         if plan is not None:  # as create_completion fills it
             plan.stop, plan.max_tokens, plan.captured = list(stop), max_tokens, True
@@ -395,6 +396,8 @@ class BatchingLlama:
         self.calls: list[dict[str, Any]] = []
         self.armed: list[int] = []
         self.sample_temperatures: list[float | None] = []
+        self.settles: list[Any] = []
+        self.cancel = 0  # sequences the next armed batch reports as given up
         self._k = 0
         self.call_stats = CallStats()
 
@@ -402,18 +405,24 @@ class BatchingLlama:
         self._k = 0
         self.call_stats = CallStats(prompt_eval_tokens=7, eval_tokens=3)
 
-    def arm_batch(self, k: int, sample_temperature: float | None = None) -> None:
+    def arm_batch(
+        self, k: int, sample_temperature: float | None = None, settle: Any = None
+    ) -> None:
         self._k = k
         self.armed.append(k)
         self.sample_temperatures.append(sample_temperature)
+        self.settles.append(settle)
 
     def take_batch(self) -> list[_SeqResult]:
         k, self._k = self._k, 0
+        kept = k - self.cancel if k else 0
         if k:
             self.call_stats.batch_size = k
             self.call_stats.batch_tokens = 3 + 2 * (k - 1)
+            self.call_stats.batch_cancelled = self.cancel
         return [
-            _SeqResult(j, [5, 6], f"SELECT {j}".encode(), "stop", 2, 2, 10.0) for j in range(1, k)
+            _SeqResult(j, [5, 6], f"SELECT {j}".encode(), "stop", 2, 2, 10.0)
+            for j in range(1, kept)
         ]
 
     def create_chat_completion(self, messages: list[dict[str, str]], **options: Any) -> Any:
@@ -874,3 +883,80 @@ def test_greedy_calls_are_batched_only_with_a_sample_temperature() -> None:
     assert extra == [] and stats.batch_size == 0
     with pytest.raises(ValueError, match="sample_temperature"):
         llama.arm_batch(4, sample_temperature=0.0)
+
+
+# --------------------------------------------------------------------------- settling early
+
+
+def test_a_settled_batch_gives_up_its_unfinished_samples_and_keeps_the_finished_whole() -> None:
+    seen: list[list[bytes | None]] = []
+
+    def settle(texts: list[bytes | None]) -> bool:
+        seen.append(list(texts))
+        return sum(text is not None for text in texts[1:]) >= 2  # two samples are enough
+
+    llama = ToyLlama()
+    # Seed 66: the samples end after 24, 8, 12, 7 and 24 tokens.
+    first, extra, stats = complete(llama, PROMPT, seed=66, batch=6, max_tokens=24, settle=settle)
+    refs = [reference(PROMPT, 66 + j, max_tokens=24) for j in range(6)]
+    assert (first.tokens, first.text) == (refs[0].tokens, refs[0].text)
+    # Asked only when a sequence finished; each time with one entry per sequence.
+    assert seen and all(len(texts) == 6 for texts in seen)
+    assert sum(text is not None for text in seen[-1][1:]) >= 2
+    kept = {result.index for result in extra}
+    assert kept == {j for j in range(1, 6) if seen[-1][j] is not None}
+    assert kept == {2, 4} and stats.batch_cancelled == 3
+    for result in extra:  # what was kept is what an ordinary call with its seed makes
+        assert same(result, refs[result.index]), result.index
+        assert seen[-1][result.index] == result.text
+    # Fewer rows than the whole batch would have cost.
+    full = ToyLlama()
+    _, all_extra, full_stats = complete(full, PROMPT, seed=66, batch=6, max_tokens=24)
+    assert len(all_extra) == 5 and stats.batch_rows < full_stats.batch_rows
+    assert_only_sequence_zero(llama)
+
+
+def test_a_settled_batch_decodes_its_first_sequence_to_the_end() -> None:
+    # Greedy host: its answer counts up to TOP (long); the samples often stop early (";").
+    llama = ToyLlama()
+    first, extra, stats = complete(
+        llama,
+        PROMPT,
+        seed=7,
+        batch=6,
+        temp=0.0,
+        sample_temp=0.8,
+        max_tokens=24,
+        settle=lambda texts: texts[0] is None and any(texts[1:]),
+    )
+    greedy = reference(PROMPT, 7, temp=0.0, max_tokens=24)
+    assert first.tokens == greedy.tokens and first.finish_reason == greedy.finish_reason
+    assert stats.batch_cancelled == 5 - len(extra) and len(extra) < 5
+    assert_only_sequence_zero(llama)
+
+
+def test_a_failing_settle_callback_is_ignored(caplog) -> None:
+    def settle(texts: list[bytes | None]) -> bool:
+        raise RuntimeError("boom")
+
+    llama = ToyLlama()
+    _, extra, stats = complete(llama, PROMPT, seed=50, batch=6, max_tokens=24, settle=settle)
+    assert len(extra) == 5 and stats.batch_cancelled == 0
+    assert "settle callback failed" in caplog.text
+
+
+def test_a_block_passes_its_settle_to_the_batch_as_answer_texts(fake) -> None:
+    spec, llama = fake
+    engine = LlamaCppEngine(spec)
+    asked: list[list[str | None]] = []
+    llama.cancel = 2  # the stand-in gives up two of its four sequences
+    with batched_samples(3, temperature=0.7, greedy=True, settle=asked.append) as batch:
+        engine.complete(_request(spec, temperature=0.0))
+        assert batch is not None and llama.armed == [4]
+        ask = llama.settles[0]
+        ask([b"SELECT 1", None, "é".encode()[:1], b" x"])  # bytes as the model holds them
+        assert asked == [["SELECT 1", None, "", " x"]]
+        assert batch.cancelled == 2 and len(batch) == 1
+    with batched_samples(3, temperature=0.7, greedy=True):
+        engine.complete(_request(spec, temperature=0.0))
+    assert llama.settles[-1] is None

@@ -405,10 +405,13 @@ def test_self_consistency_samples_share_one_prompt(recording, demo_concert_db, w
     )
     with dspy.context(lm=lm, adapter=SQLAdapter(prefill=False)):
         pred = program(db=demo_concert_db, question="How many singers are there?")
-    assert pred.sql == "SELECT 1" and len(fake.messages) == 4
+    # direct's vote settles once two equal answers of four can no longer be outvoted (a tie
+    # would go to the greedy one); SelfConsistency draws all four.
+    calls = 4 if wrapped else 2
+    assert pred.sql == "SELECT 1" and len(fake.messages) == calls
     assert len({repr(m) for m in fake.messages}) == 1
     # The greedy candidate runs as direct does; the samples keep the prompt they share.
-    assert [b["keep_prompt"] for b in fake.begins] == [False, True, True, True]
+    assert [b["keep_prompt"] for b in fake.begins] == [False] + [True] * (calls - 1)
 
 
 def test_loaded_model_is_the_decoding_class(monkeypatch, tmp_path: Path) -> None:

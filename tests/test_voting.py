@@ -9,7 +9,14 @@ from conftest import spy_rollouts
 from dspy.utils import DummyLM
 
 from sqlweave.programs.direct import DirectSQL
-from sqlweave.programs.voting import SelfConsistency, execution_groups, vote
+from sqlweave.programs.voting import (
+    Sampler,
+    SelfConsistency,
+    VoteTally,
+    equivalent,
+    execution_groups,
+    vote,
+)
 
 N_SINGERS = "SELECT count(*) FROM singer"  # 6
 N_SINGERS_2 = "SELECT count(singer_id) FROM singer"  # 6, written differently
@@ -110,3 +117,99 @@ def test_self_consistency_with_a_plain_predictor(db) -> None:
             db=db, dialect="sqlite", db_schema="...", question="q", evidence=""
         )
     assert pred.sql == N_STADIUMS
+
+
+# --------------------------------------------------------------------------- a settled vote
+
+
+@pytest.mark.parametrize(
+    ("candidates", "later", "settled"),
+    [
+        ([N_SINGERS, N_SINGERS_2, N_SINGERS], 2, True),  # 3 > 0 + 2
+        ([N_SINGERS, N_SINGERS_2, N_SINGERS], 3, True),  # a tie at worst (below)
+        ([N_SINGERS, N_SINGERS_2, N_SINGERS], 4, False),
+        ([N_SINGERS, N_STADIUMS], 1, False),
+        # a tie at worst, won by the non-empty class holding the first candidate
+        ([N_SINGERS, N_SINGERS_2, N_STADIUMS], 1, True),
+        # ... but not by an empty class, nor by one without the first candidate
+        ([NOBODY, NOBODY_2, N_STADIUMS], 1, False),
+        ([N_STADIUMS, N_SINGERS, N_SINGERS_2], 1, False),
+        # unknown candidates (None) count as still to come; failures never vote
+        ([N_SINGERS, None, N_SINGERS_2, N_SINGERS], 0, True),
+        ([N_SINGERS, None, N_STADIUMS], 0, False),
+        ([BROKEN, BROKEN, N_SINGERS], 0, True),
+        ([BROKEN, BROKEN], 0, False),
+        ([], 1, False),
+    ],
+)
+def test_a_vote_is_settled_when_no_later_candidate_can_change_it(
+    db, candidates, later, settled
+) -> None:
+    assert VoteTally(db).settled(candidates, later) is settled
+
+
+def test_a_settled_vote_picks_what_the_whole_vote_picks(db) -> None:
+    import random
+
+    pool = [N_SINGERS, N_SINGERS_2, N_STADIUMS, OLDEST, NOBODY, NOBODY_2, BROKEN, ANY_ORDER]
+    rng = random.Random(0)
+    tally = VoteTally(db)
+    settled_early = 0
+    for _ in range(300):
+        full = [rng.choice(pool[: rng.randint(2, len(pool))]) for _ in range(8)]
+        whole = vote(full, db)
+        for i in range(1, len(full)):
+            if tally.settled(full[:i], len(full) - i):
+                settled_early += 1
+                part = vote(full[:i], db)
+                assert whole.groups and part.groups, full
+                winner = whole.groups[[g.first for g in whole.groups].index(whole.winner_index)]
+                chosen = part.groups[[g.first for g in part.groups].index(part.winner_index)]
+                assert equivalent(winner.result, chosen.result), full
+                break
+    assert settled_early > 50  # the property was put to the test
+
+
+def test_a_tally_runs_each_distinct_query_once(db, monkeypatch) -> None:
+    from sqlweave.programs import voting
+
+    ran: list[str] = []
+    real = voting.execute_quietly
+
+    def counted(database, sql, **kwargs):
+        ran.append(sql)
+        return real(database, sql, **kwargs)
+
+    monkeypatch.setattr(voting, "execute_quietly", counted)
+    tally = VoteTally(db)
+    tally.settled([N_SINGERS, N_STADIUMS], 3)
+    tally.settled([N_SINGERS, N_STADIUMS, N_SINGERS], 2)
+    assert ran == [N_SINGERS, N_STADIUMS]
+
+
+def test_a_settling_sampler_stops_once_the_vote_is_decided(db) -> None:
+    answers = [N_SINGERS, N_SINGERS_2, N_SINGERS, N_STADIUMS, OLDEST]
+    lm = DummyLM([{"sql": sql} for sql in answers])
+    seen = spy_rollouts(lm)
+    from sqlweave.signatures import GenerateSQL
+
+    sampler = Sampler(dspy.Predict(GenerateSQL), n=5, temperature=0.8, settle=True)
+    inputs = {"dialect": "sqlite", "db_schema": "...", "question": "q", "evidence": ""}
+    with dspy.context(lm=lm):
+        candidates = sampler(db=db, **inputs)
+    # Three agreeing answers of five: the last two cannot outvote them.
+    assert candidates == answers[:3] and seen == [(1, 0.8), (2, 0.8)]
+    assert vote(candidates, db).sql == vote(answers, db).sql == N_SINGERS
+    lm = DummyLM([{"sql": sql} for sql in answers])
+    with dspy.context(lm=lm):
+        assert Sampler(dspy.Predict(GenerateSQL), n=5, temperature=0.8)(db=db, **inputs) == answers
+
+
+def test_programs_settle_only_samples_that_go_to_the_plain_vote() -> None:
+    from sqlweave.programs.weave import WeaveSQL
+
+    assert DirectSQL(samples=5).sampler.settle
+    assert not DirectSQL(samples=5, selector="lm").sampler.settle
+    assert WeaveSQL(samples=3).sampler.settle
+    # weave's candidate rules mend the candidates before the vote: their raw SQL cannot settle it
+    assert not WeaveSQL(samples=3, candidate_rules=True).sampler.settle
