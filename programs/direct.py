@@ -6,8 +6,8 @@ With its defaults ``direct`` is one generator call, then MageSQL's rule-based co
 call: a column named on the wrong alias, a misspelt name, a string in the wrong format). Its other switches make it the smallest
 pipeline the stages can build (:mod:`sqlweave.programs.stages`), which is what the switch search
 (``sqlweave compile --optimizer search``) explores: a ``linker`` that prunes the schema,
-``samples`` candidates (the first greedy, the others at ``temperature``) chosen by a ``selector``,
-and a ``corrector`` on the answer.
+``samples`` candidates (the first greedy, the others at ``temperature``) chosen by a ``selector``
+(with ``vote``, sampling stops once the vote is settled), and a ``corrector`` on the answer.
 """
 
 from __future__ import annotations

@@ -15,6 +15,11 @@ Rules, in order:
 4. failed candidates never vote; if all fail, the first candidate is returned.
 
 The winning SQL is the earliest member of the winning class.
+
+Candidates that go only to this vote need not all be drawn: once the leading class cannot be
+overtaken by the candidates still to come (:func:`vote_settled`), :class:`Sampler` with
+``settle`` stops, and a local model stops decoding the samples' batch (adaptive
+self-consistency; ``direct`` and ``weave`` do this with the ``vote`` selector).
 """
 
 from __future__ import annotations

@@ -960,3 +960,42 @@ def test_a_block_passes_its_settle_to_the_batch_as_answer_texts(fake) -> None:
     with batched_samples(3, temperature=0.7, greedy=True):
         engine.complete(_request(spec, temperature=0.0))
     assert llama.settles[-1] is None
+
+
+@pytest.mark.lm
+def test_small_model_a_settled_batch_keeps_the_samples_it_finished(demo_concert_db: Path) -> None:
+    # The same greedy-hosted batch twice: whole, then stopped once two samples are done. The
+    # samples that finished before the stop are those of the whole batch (same rows, same
+    # sums up to there); the others are given up and never stashed.
+    _need_llama_cpp()
+    schema = _ddl(demo_concert_db)
+    engine = LlamaCppEngine(sqlweave_lm.SMALL_MODEL)
+
+    def run(settle: Any) -> tuple[Any, list[Any], Any]:
+        _fresh(engine)
+        with batched_samples(7, temperature=1.0, greedy=True, settle=settle) as batch:
+            greedy = engine.complete(_sql_request(engine.spec, schema, OTHER, seed=11))
+            assert batch is not None
+            stashed = len(batch)
+            samples = [
+                engine.complete(_sql_request(engine.spec, schema, OTHER, 1.0, seed=12 + i))
+                for i in range(stashed)
+            ]
+        return greedy, samples, batch
+
+    whole_greedy, whole, whole_batch = run(None)
+    assert len(whole) == 7 and whole_batch.cancelled == 0
+    asked: list[list[str | None]] = []
+
+    def two_samples(answers: list[str | None]) -> bool:
+        asked.append(list(answers))
+        return sum(answer is not None for answer in answers[1:]) >= 2
+
+    greedy, kept, batch = run(two_samples)
+    data = greedy.provider_data or {}
+    assert asked and all(len(answers) == 8 for answers in asked)
+    assert all(a.startswith("SELECT") for a in asked[-1] if a is not None)  # prefill included
+    assert 2 <= len(kept) < 7 and batch.cancelled == data["batch_cancelled"] == 7 - len(kept)
+    indices = [(r.provider_data or {})["batch_index"] for r in kept]
+    assert [r.text for r in kept] == [whole[i - 1].text for i in indices]
+    assert data["batch_rows"] < (whole_greedy.provider_data or {})["batch_rows"]
