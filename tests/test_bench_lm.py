@@ -112,7 +112,8 @@ def test_bench_runs_every_mode_on_a_stand_in_model(
         summary = mode["summary"]
         assert summary["n"] == 3 and summary["ex"] == 1.0, (name, mode["rows"])
         assert summary["s_per_question"] > 0 and "decode_tok_per_s" in summary
-    assert results["modes"]["sc8"]["summary"]["calls_per_question"] == 3
+    # The oracle's answers agree: after two of three the vote is settled (the third is not drawn).
+    assert results["modes"]["sc8"]["summary"]["calls_per_question"] == 2
     assert results["modes"]["direct"]["summary"]["prompt_tokens_evaluated_per_question"] == 5
     checks = results["checks"]
     for name in ("lookup_identical_completions", "sc_greedy_is_direct", "naive_sql_is_plain_sql"):
