@@ -20,9 +20,15 @@ question at equal EX; ``sc8`` at most 3x greedy ``direct``.
 
 Each mode starts with an empty KV cache. Model loading and a warm-up call are timed apart.
 
+The modes run one after another, minutes apart, so a machine whose speed drifts (a shared host)
+moves their ratios. ``--rounds R`` runs them R times in alternating order (ABBA: the first round
+in the given order, the second reversed, ...) and pools each mode's rounds, so a linear drift
+weighs on every mode alike; each round's figures are kept too (``rounds``).
+
     python experiments/bench_lm.py                         # 1.5B, 50 questions, all modes
     python experiments/bench_lm.py --n-threads 1 --out experiments/results/bench_lm_t1.json
     python experiments/bench_lm.py --modes plain direct --limit 5   # a quick look
+    python experiments/bench_lm.py --modes direct sc8 --rounds 2     # direct sc8 sc8 direct
 """
 
 from __future__ import annotations
@@ -383,7 +389,12 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_lm_spider50.json")
     parser.add_argument("--progress", action="store_true", help="a progress bar per mode")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="run the modes this many times, order alternating"
+    )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     from sqlweave.data import load_slice
@@ -406,19 +417,16 @@ def main() -> None:
         "modes": {},
     }
     model_path = LlamaCppEngine(args.model).model_path()
+    modes = [mode for mode in MODES if mode in args.modes]
+    results["settings"]["rounds"] = args.rounds
+    results["settings"]["order"] = [
+        modes if r % 2 == 0 else modes[::-1] for r in range(args.rounds)
+    ]
 
-    if "plain" in args.modes:
-        plain = plain_script(model_path, examples, n_threads=n_threads, n_ctx=DEFAULT_N_CTX)
-        score(examples, plain["rows"])
-        results["modes"]["plain"] = {
-            "load_s": plain["load_s"],
-            "warmup_s": plain["warmup_s"],
-            "summary": summarise(plain["rows"]),
-            "rows": plain["rows"],
-        }
-
-    sqlweave_modes = [mode for mode in MODES if mode in args.modes and mode != "plain"]
-    if sqlweave_modes:
+    lm: Any = None
+    engine: Any = None
+    load_s = warmup_s = 0.0
+    if any(mode != "plain" for mode in modes):
         lm, engine = recording_lm(args.model, n_threads=n_threads, lookup=0)
         started = time.perf_counter()
         engine._loaded()
@@ -426,27 +434,46 @@ def main() -> None:
         started = time.perf_counter()
         lm("Say OK.", max_tokens=4)
         warmup_s = time.perf_counter() - started
-        for mode in sqlweave_modes:
-            mode_lm, mode_engine = lm, engine
-            if mode == "direct_lookup":
-                mode_lm, mode_engine = recording_lm(
-                    args.model, n_threads=n_threads, lookup=args.lookup
-                )
-            rows = run_sqlweave(
-                mode,
-                examples,
-                mode_lm,
-                mode_engine,
-                samples=args.samples,
-                temperature=args.temperature,
-                progress=args.progress,
-            )
-            results["modes"][mode] = {
-                "load_s": load_s,
-                "warmup_s": warmup_s,
-                "summary": summarise(rows),
-                "rows": rows,
-            }
+    lookup: tuple[Any, Any] | None = None
+
+    def run(mode: str) -> dict[str, Any]:
+        """One round of one mode: its rows, and its load and warm-up times."""
+        nonlocal lookup
+        if mode == "plain":
+            plain = plain_script(model_path, examples, n_threads=n_threads, n_ctx=DEFAULT_N_CTX)
+            score(examples, plain["rows"])
+            return plain
+        mode_lm, mode_engine = lm, engine
+        if mode == "direct_lookup":
+            if lookup is None:
+                lookup = recording_lm(args.model, n_threads=n_threads, lookup=args.lookup)
+            mode_lm, mode_engine = lookup
+        rows = run_sqlweave(
+            mode,
+            examples,
+            mode_lm,
+            mode_engine,
+            samples=args.samples,
+            temperature=args.temperature,
+            progress=args.progress,
+        )
+        return {"rows": rows, "load_s": load_s, "warmup_s": warmup_s}
+
+    rounds: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    for order in results["settings"]["order"]:
+        for mode in order:
+            rounds[mode].append(run(mode))
+    for mode in modes:
+        first = rounds[mode][0]
+        results["modes"][mode] = {
+            "load_s": first["load_s"],
+            "warmup_s": first["warmup_s"],
+            # every round's rows pooled; ``rows`` (for the checks) are the first round's
+            "summary": summarise([row for one in rounds[mode] for row in one["rows"]]),
+            "rows": first["rows"],
+        }
+        if args.rounds > 1:
+            results["modes"][mode]["rounds"] = [summarise(one["rows"]) for one in rounds[mode]]
 
     results["checks"] = checks(results["modes"])
     results["machine"]["loadavg_end"] = os.getloadavg()

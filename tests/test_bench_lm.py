@@ -123,3 +123,43 @@ def test_bench_runs_every_mode_on_a_stand_in_model(
     assert oracle.resets == 4  # every sqlweave mode starts with an empty KV cache
     printed = capsys.readouterr().out
     assert "sc_greedy_is_direct: 3/3 identical" in printed and f"wrote {out}" in printed
+
+
+@pytest.mark.timeout(300)
+def test_rounds_alternate_the_order_and_pool_each_mode(
+    data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlweave.data import load_slice
+
+    examples = load_slice("spider-dev-200")[:2]
+    gold = {ex.question: ex.gold_sql for ex in examples}
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    oracle = Oracle(gold)
+    load_stand_in(monkeypatch, oracle)
+    monkeypatch.setattr(llama_cpp, "Llama", lambda **kwargs: Oracle(gold, **kwargs))
+    bench = _bench()
+    ran: list[str] = []
+    real = bench.run_sqlweave
+
+    def spy(mode: str, *args: Any, **kwargs: Any) -> Any:
+        ran.append(mode)
+        return real(mode, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "run_sqlweave", spy)
+    out = tmp_path / "bench.json"
+    argv = ["bench_lm.py", "--model", f"gguf:{gguf}", "--limit", "2", "--modes", "direct", "sc8"]
+    monkeypatch.setattr(
+        sys, "argv", [*argv, "--rounds", "3", "--n-threads", "1", "--out", str(out)]
+    )
+    bench.main()
+
+    results = json.loads(out.read_text())
+    assert ran == ["direct", "sc8", "sc8", "direct", "direct", "sc8"]
+    assert results["settings"]["order"] == [["direct", "sc8"], ["sc8", "direct"], ["direct", "sc8"]]
+    for mode in ("direct", "sc8"):
+        entry = results["modes"][mode]
+        assert entry["summary"]["n"] == 6 and len(entry["rows"]) == 2
+        assert [r["n"] for r in entry["rounds"]] == [2, 2, 2]
+        pooled = sum(r["s_per_question"] for r in entry["rounds"]) / 3
+        assert entry["summary"]["s_per_question"] == pytest.approx(pooled)
