@@ -22,8 +22,8 @@ Each mode starts with an empty KV cache. Model loading and a warm-up call are ti
 
 The modes run one after another, minutes apart, so a machine whose speed drifts (a shared host)
 moves their ratios. ``--rounds R`` runs them R times in alternating order (ABBA: the first round
-in the given order, the second reversed, ...) and pools each mode's rounds, so a linear drift
-weighs on every mode alike; each round's figures are kept too (``rounds``).
+in the given order, the second reversed, ...) and pools each mode's rounds; with an even R a
+linear drift weighs on every mode alike. Each round's figures are kept too (``rounds``).
 
     python experiments/bench_lm.py                         # 1.5B, 50 questions, all modes
     python experiments/bench_lm.py --n-threads 1 --out experiments/results/bench_lm_t1.json
@@ -295,6 +295,10 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "draft_tokens": sum(c.get("draft_tokens", 0) for c in calls),
         # Answers taken from a batch of samples decoded together (lm.batched_samples).
         "batched_answers_per_question": sum("batch_index" in c for c in calls) / n if n else 0.0,
+        # Samples a batch gave up once the vote was settled (programs.voting.Sampler).
+        "cancelled_samples_per_question": (
+            sum(c.get("batch_cancelled", 0) for c in calls) / n if n else 0.0
+        ),
     }
 
 
@@ -396,6 +400,10 @@ def main() -> None:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.rounds % 2:
+        logger.warning(
+            "--rounds %d is odd: a drift in speed weighs on the modes unequally", args.rounds
+        )
 
     from sqlweave.data import load_slice
 
@@ -426,23 +434,24 @@ def main() -> None:
     lm: Any = None
     engine: Any = None
     load_s = warmup_s = 0.0
-    if any(mode != "plain" for mode in modes):
-        lm, engine = recording_lm(args.model, n_threads=n_threads, lookup=0)
-        started = time.perf_counter()
-        engine._loaded()
-        load_s = time.perf_counter() - started
-        started = time.perf_counter()
-        lm("Say OK.", max_tokens=4)
-        warmup_s = time.perf_counter() - started
     lookup: tuple[Any, Any] | None = None
 
     def run(mode: str) -> dict[str, Any]:
-        """One round of one mode: its rows, and its load and warm-up times."""
-        nonlocal lookup
+        """One round of one mode: its rows, and its load and warm-up times. sqlweave's model is
+        loaded when its first mode runs (the plain script, run first, loads its own)."""
+        nonlocal lm, engine, load_s, warmup_s, lookup
         if mode == "plain":
             plain = plain_script(model_path, examples, n_threads=n_threads, n_ctx=DEFAULT_N_CTX)
             score(examples, plain["rows"])
             return plain
+        if lm is None:
+            lm, engine = recording_lm(args.model, n_threads=n_threads, lookup=0)
+            started = time.perf_counter()
+            engine._loaded()
+            load_s = time.perf_counter() - started
+            started = time.perf_counter()
+            lm("Say OK.", max_tokens=4)
+            warmup_s = time.perf_counter() - started
         mode_lm, mode_engine = lm, engine
         if mode == "direct_lookup":
             if lookup is None:

@@ -107,12 +107,17 @@ def execution_groups(
     """Execute every candidate and group those with equivalent results; failures are left out.
 
     Returns ``(groups in order of their first member, per-candidate outcomes)``. Two candidates
-    are compared in row order only when both sort at the top level.
+    are compared in row order only when both sort at the top level. Candidates from a settling
+    :class:`Sampler` (:class:`Candidates`) bring the outcomes it already had; they are reused.
     """
     if weights is not None and len(weights) != len(candidates):
         raise ValueError(f"{len(weights)} weights for {len(candidates)} candidates")
+    known = candidates.outcomes if isinstance(candidates, Candidates) else {}
     outcomes = [
-        execute_quietly(db, sql, timeout_s=timeout_s, max_rows=max_rows) for sql in candidates
+        known[sql]
+        if sql in known
+        else execute_quietly(db, sql, timeout_s=timeout_s, max_rows=max_rows)
+        for sql in candidates
     ]
     return group_outcomes(candidates, outcomes, db.dialect, weights), outcomes
 
@@ -157,9 +162,11 @@ def vote_settled(groups: Sequence[ExecutionGroup], undecided: float) -> bool:
 
     The leading class wins outright if it outweighs the runner-up with every undecided candidate
     added to it; on an exact tie it still wins if it is non-empty and holds the first candidate
-    (rules 2 and 3 of the module docstring). Adaptive self-consistency: once settled, the
-    remaining samples need not be decoded.
+    (rules 2 and 3 of the module docstring). With nothing undecided the vote is settled. Adaptive
+    self-consistency: once settled, the remaining samples need not be decoded.
     """
+    if undecided <= 0:
+        return True
     if not groups:
         return False
     ranked = sorted(groups, key=_rank, reverse=True)
@@ -168,9 +175,27 @@ def vote_settled(groups: Sequence[ExecutionGroup], undecided: float) -> bool:
     return margin > 0 or (margin == 0 and not ranked[0].empty and ranked[0].first == 0)
 
 
+class Candidates(list):
+    """A :class:`Sampler`'s candidates (a plain list of SQL) with the execution outcomes it
+    already has, by SQL, so the vote does not run them again (:func:`execution_groups`)."""
+
+    def __init__(
+        self, sqls: Sequence[str], outcomes: dict[str, QueryResult | ExecutionError]
+    ) -> None:
+        super().__init__(sqls)
+        self.outcomes = outcomes
+
+
 class VoteTally:
     """The unweighted execution vote over candidates that arrive one by one: each distinct SQL
-    is executed once, and :meth:`settled` says when the rest cannot change the winner."""
+    is executed once, and :meth:`settled` says when the rest cannot change the winner.
+
+    Exact for candidates known in order (a prefix of the vote's list, as :class:`Sampler`
+    checks before each rollout): candidates added later only join classes or start new ones.
+    With unknown candidates (None) between known ones it assumes an unknown candidate will not
+    merge classes the known ones keep apart; results equal as multisets but sorted in one and
+    not in the other can (see :func:`equivalent`), which at worst ends a batch too early.
+    """
 
     def __init__(self, db: Database, timeout_s: float = FEEDBACK_TIMEOUT_S) -> None:
         self.db = db
@@ -183,6 +208,11 @@ class VoteTally:
                 self.db, sql, timeout_s=self.timeout_s, max_rows=VOTE_MAX_ROWS
             )
         return self._outcomes[sql]
+
+    @property
+    def outcomes(self) -> dict[str, QueryResult | ExecutionError]:
+        """Every outcome so far, by SQL."""
+        return dict(self._outcomes)
 
     def settled(self, candidates: Sequence[str | None], later: int = 0) -> bool:
         """Whether ``candidates`` (in the vote's order; None: one not known yet) and ``later``
@@ -292,23 +322,43 @@ class Sampler(dspy.Module):
         tally = VoteTally(database, self.settle_timeout_s) if self.settle and self.n > 1 else None
 
         def batch_settled(answers: Sequence[str | None]) -> bool:
-            """The batch's answers (None: still decoding) are the next candidates, in order."""
-            known = [None if text is None else extract_sql(text) for text in answers]
-            later = max(0, self.n - len(candidates) - len(answers))
-            return tally is not None and tally.settled([*candidates, *known], later)
+            """Whether the batch's answers so far settle the vote. The first is the call that
+            made the batch (the next candidate); the finished samples follow it in the order the
+            next calls will take them, and every other rollout is still to come."""
+            assert tally is not None
+            answers = answers[: self.n - len(candidates)]  # earlier rollouts may be cache hits
+            if not answers:
+                return False
+            head = None if answers[0] is None else extract_sql(answers[0])
+            done = [extract_sql(text) for text in answers[1:] if text is not None]
+            known = [*candidates, head, *done]
+            return tally.settled(known, self.n - len(known))
 
         with batched_samples(
             self.n - first,
             temperature=self.temperature,
             greedy=bool(first) and self.temperature > 0,
-            settle=batch_settled if tally is not None else None,
+            settle=batch_settled if tally is not None and self._engine_reads_candidates() else None,
         ):
             for i in range(self.n):
                 if tally is not None and candidates and tally.settled(candidates, self.n - i):
                     logger.debug("sampler: the vote is settled after %d of %d", i, self.n)
                     break
                 candidates.append(self._rollout(i, database, inputs))
-        return candidates
+        return candidates if tally is None else Candidates(candidates, tally.outcomes)
+
+    def _engine_reads_candidates(self) -> bool:
+        """Whether a completion's text gives the candidate the rollout will return, so the local
+        engine may judge the vote on the batch's texts: one generator call per rollout, parsed
+        by sqlweave's adapter (the SQL in the text). Otherwise only this module's own check, on
+        the candidates as they come back, stops the sampling."""
+        from sqlweave.adapter import SQLAdapter
+        from sqlweave.programs.base import Generator
+
+        adapter = dspy.settings.adapter
+        return isinstance(self.predictor, Generator) and (
+            adapter is None or isinstance(adapter, SQLAdapter)
+        )
 
 
 class VoteSelector(dspy.Module):
@@ -331,7 +381,9 @@ class VoteSelector(dspy.Module):
         db_schema: str | None = None,
         weights: Sequence[float] | None = None,
     ) -> dspy.Prediction:
-        result = vote(list(candidates), resolve_database(db), weights, timeout_s=self.timeout_s)
+        if not isinstance(candidates, Candidates):  # keep the outcomes a settling sampler had
+            candidates = list(candidates)
+        result = vote(candidates, resolve_database(db), weights, timeout_s=self.timeout_s)
         return dspy.Prediction(
             sql=result.sql, choice=result.winner_index + 1, lm_called=False, vote=result
         )

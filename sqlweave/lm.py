@@ -221,7 +221,8 @@ class CallStats:
     outside a batch), ``batch_tokens`` (tokens fed, summed over the sequences) and ``batch_ms``
     the whole batch's, and ``batch_rows`` the rows llama.cpp evaluated for them: sequences whose
     tokens are so far the same share one row per step (see :meth:`_generate_batched`);
-    ``batch_cancelled`` the sequences given up unfinished once the batch's caller had settled.
+    ``batch_cancelled`` the sequences given up unfinished once the batch's caller had settled
+    (counted in ``batch_size`` too: they were decoded for a while).
     """
 
     prompt_eval_tokens: int = 0
@@ -658,6 +659,7 @@ class _DecodingLlama:
             return
         for seq in seqs[1:]:
             if seq.dropped or seq.cancelled:
+                _close_sampler(seq.sampler)
                 continue
             if (
                 criteria is not None
@@ -1160,11 +1162,14 @@ class SampleBatch:
     settings at ``temperature``.
 
     ``settle``, when given, is asked by the local engine during the batch, whenever a sequence
-    finishes, whether the answers so far are enough: it gets the batch's answers in the order the
-    block's calls receive them (the call that made the batch first; each the text that call
-    would return, None while still decoding) and returns True to stop. Sequences still decoding
-    are then given up (never stashed), so the caller must not ask for them: self-consistency
-    uses it to stop once its vote is decided (:class:`sqlweave.programs.voting.Sampler`).
+    finishes, whether the answers so far are enough: it gets one entry per sequence of the batch,
+    the call that made the batch first and the samples in the order they were started (each the
+    text its call would return, None while still decoding or when it was given up for lack of
+    KV cells), and returns True to stop. Sequences still decoding are then given up (never
+    stashed); the finished samples wait in that order, so a caller that stops asking once its
+    answers suffice never pays for them: self-consistency uses it to stop once its vote is
+    decided (:class:`sqlweave.programs.voting.Sampler`). A sample given up and asked for all
+    the same is decoded by an ordinary call.
     """
 
     def __init__(

@@ -138,7 +138,8 @@ def test_self_consistency_with_a_plain_predictor(db) -> None:
         ([N_SINGERS, None, N_SINGERS_2, N_SINGERS], 0, True),
         ([N_SINGERS, None, N_STADIUMS], 0, False),
         ([BROKEN, BROKEN, N_SINGERS], 0, True),
-        ([BROKEN, BROKEN], 0, False),
+        ([BROKEN, BROKEN], 0, True),  # nothing is left to come
+        ([BROKEN, BROKEN], 1, False),
         ([], 1, False),
     ],
 )
@@ -213,3 +214,77 @@ def test_programs_settle_only_samples_that_go_to_the_plain_vote() -> None:
     assert WeaveSQL(samples=3).sampler.settle
     # weave's candidate rules mend the candidates before the vote: their raw SQL cannot settle it
     assert not WeaveSQL(samples=3, candidate_rules=True).sampler.settle
+
+
+def _capture_batch_settle(monkeypatch, answers_at_start):
+    """Replace the sampler's batch block: record its ``settle`` and what it says, at the block's
+    start (no candidate yet), for each list of batch answers in ``answers_at_start``."""
+    from contextlib import contextmanager
+
+    from sqlweave.programs import voting
+
+    seen: dict = {}
+
+    @contextmanager
+    def block(k, *, temperature=None, greedy=False, settle=None):
+        seen["settle"] = settle
+        seen["verdicts"] = [settle(a) for a in answers_at_start] if settle else []
+        yield None
+
+    monkeypatch.setattr(voting, "batched_samples", block)
+    return seen
+
+
+def test_a_batch_is_judged_on_its_finished_answers_in_the_order_they_will_be_taken(
+    db, monkeypatch
+) -> None:
+    from sqlweave.programs.base import Generator
+    from sqlweave.signatures import GenerateSQL
+
+    seen = _capture_batch_settle(
+        monkeypatch,
+        [
+            # finished samples close up behind the first answer: [S, S, S2, ST] and 1 to come
+            [N_SINGERS, None, N_SINGERS, N_SINGERS_2, N_STADIUMS],
+            # answers past the rollouts left are not candidates: only [S] and 4 to come
+            [N_SINGERS, None, None, None, None, N_SINGERS, N_SINGERS],
+            # the first answer still decoding: [?, S, S, S, S]
+            [None, N_SINGERS, N_SINGERS, N_SINGERS_2, N_SINGERS],
+            [None, N_SINGERS, N_STADIUMS, None, None],
+        ],
+    )
+    lm = DummyLM([{"sql": N_SINGERS}] * 5)
+    inputs = {"dialect": "sqlite", "db_schema": "...", "question": "q", "evidence": ""}
+    with dspy.context(lm=lm):
+        Sampler(Generator(GenerateSQL), n=5, temperature=0.8, settle=True)(db=db, **inputs)
+    assert seen["verdicts"] == [True, False, True, False]
+
+
+def test_the_engine_judges_a_batch_only_when_its_texts_are_the_candidates(db, monkeypatch) -> None:
+    from sqlweave.signatures import GenerateSQL
+
+    seen = _capture_batch_settle(monkeypatch, [])
+    lm = DummyLM([{"sql": N_SINGERS}] * 3)
+    inputs = {"dialect": "sqlite", "db_schema": "...", "question": "q", "evidence": ""}
+    with dspy.context(lm=lm):  # a plain predictor under DSPy's own adapter: its own parsing
+        candidates = Sampler(dspy.Predict(GenerateSQL), n=3, temperature=0.8, settle=True)(
+            db=db, **inputs
+        )
+    assert seen["settle"] is None and candidates == [N_SINGERS, N_SINGERS]
+
+
+def test_the_vote_reuses_the_outcomes_a_settling_sampler_had(db, monkeypatch) -> None:
+    from sqlweave.programs import voting
+    from sqlweave.programs.voting import Candidates, VoteSelector
+
+    tally = VoteTally(db)
+    assert tally.settled([N_SINGERS, N_SINGERS_2, N_STADIUMS], 0)
+    ran: list[str] = []
+    real = voting.execute_quietly
+    monkeypatch.setattr(
+        voting, "execute_quietly", lambda d, sql, **kw: ran.append(sql) or real(d, sql, **kw)
+    )
+    candidates = Candidates([N_SINGERS, N_SINGERS_2, N_STADIUMS], tally.outcomes)
+    picked = VoteSelector()(candidates=candidates, db=db)
+    assert picked.sql == N_SINGERS and ran == []
+    assert VoteSelector()(candidates=list(candidates), db=db).sql == N_SINGERS and len(ran) == 3
