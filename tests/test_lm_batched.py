@@ -999,3 +999,37 @@ def test_small_model_a_settled_batch_keeps_the_samples_it_finished(demo_concert_
     indices = [(r.provider_data or {})["batch_index"] for r in kept]
     assert [r.text for r in kept] == [whole[i - 1].text for i in indices]
     assert data["batch_rows"] < (whole_greedy.provider_data or {})["batch_rows"]
+
+
+@pytest.mark.lm
+def test_small_model_direct_stops_sampling_once_its_vote_is_settled(demo_concert_db: Path) -> None:
+    # direct with 8 candidates on the real model: the batch is cut once the vote is settled,
+    # and every sample the sampler then asks for comes from the batch (none decoded again).
+    _need_llama_cpp()
+    from sqlweave.programs.base import resolve_database
+    from sqlweave.programs.direct import DirectSQL
+    from sqlweave.programs.voting import VoteTally, vote
+
+    engine = LlamaCppEngine(sqlweave_lm.SMALL_MODEL)
+    _fresh(engine)
+    seen: list[dict[str, Any]] = []
+    complete = engine.complete
+
+    def recording(request: Request) -> Any:
+        response = complete(request)
+        seen.append(dict(response.provider_data or {}))
+        return response
+
+    engine.complete = recording  # type: ignore[method-assign]
+    lm = dspy.LM(engine.spec, engine=engine, cache=False, num_retries=0)
+    with dspy.context(lm=lm):
+        pred = DirectSQL(samples=8, temperature=0.7, corrector="none")(
+            db=demo_concert_db, question=QUESTION
+        )
+    candidates = list(pred.candidates)
+    assert 2 <= len(candidates) == len(seen) <= 8
+    assert seen[0]["batch_size"] == 8 and all("batch_index" in d for d in seen[1:])
+    assert seen[0]["batch_cancelled"] <= 8 - len(candidates)
+    db = resolve_database(demo_concert_db)
+    assert VoteTally(db).settled(candidates, 8 - len(candidates))
+    assert pred.sql == vote(candidates, db).sql
