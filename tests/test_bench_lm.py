@@ -88,19 +88,27 @@ def load_stand_in(monkeypatch: pytest.MonkeyPatch, oracle: Oracle) -> None:
     )
 
 
-@pytest.mark.timeout(300)
-def test_bench_runs_every_mode_on_a_stand_in_model(
-    data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:
+def stand_in_questions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n: int
+) -> tuple[Oracle, Path]:
+    """The first ``n`` questions of spider-dev-200 answered with their gold SQL by every model
+    the benchmark loads (sqlweave's and the plain script's); a stand-in GGUF file to name."""
     from sqlweave.data import load_slice
 
-    examples = load_slice("spider-dev-200")[:3]
-    gold = {ex.question: ex.gold_sql for ex in examples}
+    gold = {ex.question: ex.gold_sql for ex in load_slice("spider-dev-200")[:n]}
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     oracle = Oracle(gold)
     load_stand_in(monkeypatch, oracle)
     monkeypatch.setattr(llama_cpp, "Llama", lambda **kwargs: Oracle(gold, **kwargs))
+    return oracle, gguf
+
+
+@pytest.mark.timeout(300)
+def test_bench_runs_every_mode_on_a_stand_in_model(
+    data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    oracle, gguf = stand_in_questions(tmp_path, monkeypatch, 3)
     out = tmp_path / "bench.json"
     argv = ["bench_lm.py", "--model", f"gguf:{gguf}", "--limit", "3", "--samples", "3"]
     monkeypatch.setattr(sys, "argv", [*argv, "--n-threads", "1", "--out", str(out)])
@@ -129,15 +137,7 @@ def test_bench_runs_every_mode_on_a_stand_in_model(
 def test_rounds_alternate_the_order_and_pool_each_mode(
     data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sqlweave.data import load_slice
-
-    examples = load_slice("spider-dev-200")[:2]
-    gold = {ex.question: ex.gold_sql for ex in examples}
-    gguf = tmp_path / "m.gguf"
-    gguf.write_bytes(b"GGUF")
-    oracle = Oracle(gold)
-    load_stand_in(monkeypatch, oracle)
-    monkeypatch.setattr(llama_cpp, "Llama", lambda **kwargs: Oracle(gold, **kwargs))
+    oracle, gguf = stand_in_questions(tmp_path, monkeypatch, 2)
     bench = _bench()
     ran: list[str] = []
     real = bench.run_sqlweave
