@@ -97,14 +97,19 @@ def protocol_command(args: argparse.Namespace, slice_name: str, artefact: Path |
     return cmd
 
 
+def _tagged(optimizer: str, tag: str = "") -> str:
+    """``<optimizer>[-<tag>]``: a compile's name in its file names and protocol label."""
+    return optimizer + (f"-{tag}" if tag else "")
+
+
 def _compiled_config(optimizer: str, tag: str = "") -> str:
     """The protocol label of a compiled run: ``compiled-<optimizer>[-<tag>]``."""
-    return f"compiled-{optimizer}" + (f"-{tag}" if tag else "")
+    return f"compiled-{_tagged(optimizer, tag)}"
 
 
 def _stem(args: argparse.Namespace) -> str:
     """``<program>__<optimizer>[-<tag>]__<model>``: the compile's file names."""
-    optimizer = args.optimizer + (f"-{args.tag}" if getattr(args, "tag", "") else "")
+    optimizer = _tagged(args.optimizer, getattr(args, "tag", ""))
     return f"{args.program}__{optimizer}__{model_tag(args.model)}"
 
 

@@ -1459,7 +1459,9 @@ class LlamaCppEngine:
                     keep_prompt=options["temperature"] > 0,
                     prompt_cache_bytes=self.prompt_cache_bytes,
                 )
-            prefill = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
+            prefill = (
+                messages[-1]["content"] if messages and messages[-1]["role"] == "assistant" else ""
+            )
             settle = _engine_settle(batch.settle, prefill) if batched else None  # type: ignore[union-attr]
             if batched and hosting:
                 arm(batch.k + 1, sample_temperature=batch.temperature, settle=settle)  # type: ignore[union-attr]
