@@ -534,7 +534,9 @@ def build_slice_ids(name: str, root: str | Path | None = None) -> list[str]:
 
 def slice_ids(name: str) -> list[str]:
     """The committed question ids of the slice ``name`` (no benchmark data needed)."""
-    if name not in SLICES:
+    from sqlweave.merge import MERGED_SLICES
+
+    if name not in SLICES and name not in MERGED_SLICES:
         raise DataError(None, f"unknown slice {name!r}; choose from {', '.join(SLICES)}")
     path = SLICES_DIR / f"{name}.json"
     try:
@@ -549,8 +551,14 @@ def load_slice(name: str, root: str | Path | None = None) -> list[dspy.Example]:
 
     ``spider-dev-200`` (200 random Spider dev questions, seed 0), ``bird-52`` (every bundled BIRD
     question), ``spider-train-val`` (200 train questions on train databases that
-    :func:`demo_pool_exclusions` keeps out of every default demo pool).
+    :func:`demo_pool_exclusions` keeps out of every default demo pool); ``spider-dev-200-merged``
+    and ``bird-52-merged`` ask those questions of one database holding 40 databases' tables
+    (:mod:`sqlweave.merge`).
     """
+    from sqlweave.merge import MERGED_SLICES, load_merged_slice
+
+    if name in MERGED_SLICES:
+        return load_merged_slice(name, root=root)
     ids = slice_ids(name)
     benchmark, split = SLICES[name]
     loader = load_spider if benchmark == "spider" else load_bird
