@@ -1,8 +1,10 @@
 """Build the merged benchmark (schemas that do not fit the window) and print its size.
 
 ``spider-dev-200-merged`` and ``bird-52-merged`` ask the questions of ``spider-dev-200`` and
-``bird-52`` against one SQLite file holding the tables of 40 databases (:mod:`sqlweave.merge`):
-the 16 Spider dev databases, BIRD's superhero and 23 Spider train databases as distractors, each
+``bird-52`` (and ``spider-train-val-merged`` those of ``spider-train-val``, for tuning) against one
+SQLite file holding the tables of 48 databases (:mod:`sqlweave.merge`): the 16 Spider dev
+databases, BIRD's superhero, the 8 spider-train-val databases and 23 other Spider train databases
+as distractors, each
 table renamed ``<db_id>__<table>``. Every gold query is rewritten to the new names with sqlglot and
 kept only if it returns exactly the original rows.
 

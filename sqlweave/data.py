@@ -551,9 +551,8 @@ def load_slice(name: str, root: str | Path | None = None) -> list[dspy.Example]:
 
     ``spider-dev-200`` (200 random Spider dev questions, seed 0), ``bird-52`` (every bundled BIRD
     question), ``spider-train-val`` (200 train questions on train databases that
-    :func:`demo_pool_exclusions` keeps out of every default demo pool); ``spider-dev-200-merged``
-    and ``bird-52-merged`` ask those questions of one database holding 40 databases' tables
-    (:mod:`sqlweave.merge`).
+    :func:`demo_pool_exclusions` keeps out of every default demo pool); ``<name>-merged`` asks a
+    slice's questions of one database holding 48 databases' tables (:mod:`sqlweave.merge`).
     """
     from sqlweave.merge import MERGED_SLICES, load_merged_slice
 

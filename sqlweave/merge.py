@@ -235,22 +235,24 @@ def _ordered(sql: str) -> bool:
 # --- the merged benchmark slices --------------------------------------------------------------
 #
 # ``spider-dev-200-merged`` and ``bird-52-merged`` ask the questions of ``spider-dev-200`` and
-# ``bird-52`` against one file holding the tables of 40 databases: the 16 Spider dev databases,
-# BIRD's superhero, and 23 Spider train databases as distractors (drawn with a fixed seed, never one
-# of spider-train-val's). Question ids stay those of the base slice, so a run on a merged slice
-# pairs with the same program's run on the original databases question by question.
+# ``bird-52`` against one file holding the tables of 48 databases: the 16 Spider dev databases,
+# BIRD's superhero, the 8 databases of spider-train-val (so ``spider-train-val-merged`` can tune a
+# schema filter on validation, never on the slices we report), and 23 other Spider train databases
+# as distractors (drawn with a fixed seed). Question ids stay those of the base slice, so a run on a
+# merged slice pairs with the same program's run on the original databases question by question.
 
-MERGED_DB_ID = "merged-40"
+MERGED_DB_ID = "merged-48"
 MERGED_SLICES: dict[str, str] = {
     "spider-dev-200-merged": "spider-dev-200",
     "bird-52-merged": "bird-52",
+    "spider-train-val-merged": "spider-train-val",
 }
 """Merged slice name -> the named slice whose questions it asks."""
 N_DISTRACTORS = 23
 
 
 def merged_sources(root: str | Path | None = None) -> dict[str, Path]:
-    """``db_id -> SQLite file`` of the 40 databases merged into :data:`MERGED_DB_ID`, in order."""
+    """``db_id -> SQLite file`` of the 48 databases merged into :data:`MERGED_DB_ID`, in order."""
     from sqlweave.data import load_bird, load_spider, train_val_databases
 
     dev: dict[str, Path] = {}
@@ -262,7 +264,9 @@ def merged_sources(root: str | Path | None = None) -> dict[str, Path]:
     held = set(train_val_databases(train))
     paths: dict[str, Path] = {}
     for ex in train:
-        if ex.db_id not in held and ex.db_id not in dev:
+        if ex.db_id in held:
+            dev.setdefault(ex.db_id, Path(ex.db_path))
+        elif ex.db_id not in dev:
             paths.setdefault(ex.db_id, Path(ex.db_path))
     import random
 
@@ -280,7 +284,7 @@ def merged_cache_dir() -> Path:
 def ensure_merged(
     root: str | Path | None = None, folder: str | Path | None = None
 ) -> MergedDatabase:
-    """The merged database of :func:`merged_sources`, built on first use (about a second).
+    """The merged database of :func:`merged_sources`, built on first use (a few seconds).
 
     A stamp beside the file names the sources and their sizes; a change rebuilds the file.
     """

@@ -119,7 +119,9 @@ def merged_cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-@pytest.mark.parametrize("name", ["spider-dev-200-merged", "bird-52-merged"])
+@pytest.mark.parametrize(
+    "name", ["spider-dev-200-merged", "bird-52-merged", "spider-train-val-merged"]
+)
 def test_committed_merged_slices_match_a_fresh_build(name, data_root, merged_cache):
     """The committed ids and rewritten gold SQL are what the build computes today, every rewrite
     returning the original query's rows (checked inside the build)."""
@@ -128,7 +130,7 @@ def test_committed_merged_slices_match_a_fresh_build(name, data_root, merged_cac
     committed = json.loads((SLICES_DIR / f"{name}.json").read_text(encoding="utf-8"))
     fresh = build_merged_slice(name, root=data_root)
     assert fresh == committed
-    assert len(committed["databases"]) == 40
+    assert len(committed["databases"]) == 48
     assert committed["n_tables"] >= 150
     assert not committed["dropped"]
 
