@@ -21,3 +21,6 @@ __all__ += [
     "ReviewSQL",
     "SelectCandidate",
 ]
+from sqlweave.signatures.synthesis import DescribeSQL  # noqa: E402
+
+__all__ += ["DescribeSQL"]

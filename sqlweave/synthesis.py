@@ -1,0 +1,579 @@
+"""Synthesized training pairs for a database nobody labelled: SQL from templates, questions by the LM.
+
+A user has a database, not a train set. Demos and validation questions from *other* databases cost
+a small model 12-17 EX points here (the README's compile tables), so the pairs a compile learns
+from should come from the user's own database. This module makes them, in the spirit of
+OmniSQL's SynSQL and SENSE, scaled to a 2-core CPU:
+
+1. **SQL from structures, re-targeted to this schema.** A table of templates (:data:`TEMPLATES`)
+   covers Spider's hardness mix (counts, filters, aggregates, GROUP BY/HAVING, ORDER BY/LIMIT,
+   joins along foreign keys, nested and set queries). Each is filled with this schema's tables,
+   keys, typed columns and *stored* values, drawn with a seeded RNG. No LM call, no gold question.
+2. **Kept only if it is a good label.** Every query is executed read-only with a time limit and
+   kept only if it runs, returns rows (at most :data:`MAX_ROWS`), is deterministic (no tie at an
+   ORDER BY ... LIMIT boundary), is not a duplicate (same normalised SQL, or same template and
+   result) and is not trivial (a bare ``SELECT *``).
+3. **The question is written by the LM** from the SQL and the DDL of the tables it reads
+   (:class:`~sqlweave.signatures.DescribeSQL`).
+4. **Round trip.** A program (``direct`` by default) answers the written question; the pair is
+   kept only when its SQL returns the template SQL's result. That filters questions the LM wrote
+   badly, at the price of keeping fewer of the hardest pairs (recorded per difficulty).
+
+Output is the questions-file format :func:`sqlweave.data.load_questions` reads (JSON Lines, one
+pair per line, ``db_path``, ``question``, ``gold_sql``, ``difficulty``, ``source: "synthetic"``).
+Runs are resumable: every tried query's verdict goes to ``<out>.tried.jsonl``, and a second run
+skips what it already tried and stops when the file holds ``n`` pairs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlweave.db import Database, ExecutionError
+from sqlweave.errors import SqlweaveError
+from sqlweave.hardness import spider_hardness
+from sqlweave.schema import Column, Schema, Table, ident, introspect
+
+logger = logging.getLogger(__name__)
+
+MAX_ROWS = 50
+"""A label whose answer is longer than this is a listing, not a question a user asks."""
+TIMEOUT_S = 5.0
+MAX_DRAWS_PER_PAIR = 12
+"""Template draws per wanted pair before giving up (a schema with few usable columns)."""
+DIFFICULTY_MIX = {"easy": 0.25, "medium": 0.40, "hard": 0.20, "extra": 0.15}
+"""Spider dev's hardness shares, roughly: what the templates are drawn towards."""
+
+
+class SynthesisError(SqlweaveError, ValueError):
+    """The database cannot yield pairs (no tables, no rows) or the arguments are wrong."""
+
+
+# --- what a template sees ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Join:
+    """``child.fk = parent.pk``: one foreign key, the only way templates join tables."""
+
+    child: Table
+    fk: str
+    parent: Table
+    pk: str
+
+
+class Draw:
+    """The schema as templates see it: typed columns and stored values, drawn with one RNG."""
+
+    def __init__(self, schema: Schema, rng: random.Random) -> None:
+        self.schema = schema
+        self.rng = rng
+        self.tables = [t for t in schema.tables if t.sample_rows]
+        by_name = {t.name: t for t in schema.tables}
+        self.joins = [
+            Join(by_name[fk.table], fk.column, by_name[fk.ref_table], fk.ref_column)
+            for fk in schema.foreign_keys
+            if fk.table in by_name
+            and fk.ref_table in by_name
+            and fk.table != fk.ref_table
+            and by_name[fk.table].sample_rows
+            and by_name[fk.ref_table].sample_rows
+        ]
+
+    def table(self) -> Table | None:
+        return self.rng.choice(self.tables) if self.tables else None
+
+    def join(self) -> Join | None:
+        return self.rng.choice(self.joins) if self.joins else None
+
+    def column(self, table: Table, kind: str | None = None, *, keys: bool = False) -> Column | None:
+        """A column of ``kind`` (``text``/``number``; any when None); keys only when ``keys``."""
+        keyish = set(table.primary_key)
+        cols = [
+            c
+            for c in table.columns
+            if (kind is None or c.kind == kind)
+            and (keys or (c.name not in keyish and not _looks_like_key(c.name)))
+        ]
+        return self.rng.choice(cols) if cols else None
+
+    def value(self, column: Column) -> Any | None:
+        values = [v for v in column.samples if v is not None and str(v).strip()]
+        return self.rng.choice(values) if values else None
+
+
+def _looks_like_key(name: str) -> bool:
+    low = name.lower()
+    return (
+        low == "id"
+        or low.endswith("_id")
+        or low.endswith(" id")
+        or bool(re.search(r"[a-z]Id$", name))
+    )
+
+
+def _lit(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int | float):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _c(table: Table, column: Column | str, alias: str | None = None) -> str:
+    name = column if isinstance(column, str) else column.name
+    return f"{alias}.{ident(name)}" if alias else ident(name)
+
+
+def _t(table: Table) -> str:
+    return ident(table.name)
+
+
+# --- the templates: (name, level, fill) --------------------------------------------------------
+# Each fill takes a Draw and returns SQL, or None when this schema has nothing to fill it with.
+
+
+def _count(d: Draw) -> str | None:
+    t = d.table()
+    return f"SELECT count(*) FROM {_t(t)}" if t else None
+
+
+def _project_filter(d: Draw) -> str | None:
+    t = d.table()
+    if not t:
+        return None
+    shown, where = d.column(t, "text"), d.column(t)
+    if not shown or not where or shown == where:
+        return None
+    value = d.value(where)
+    if value is None:
+        return None
+    return f"SELECT {_c(t, shown)} FROM {_t(t)} WHERE {_c(t, where)} = {_lit(value)}"
+
+
+def _aggregate(d: Draw) -> str | None:
+    t = d.table()
+    n = d.column(t, "number") if t else None
+    if not n:
+        return None
+    fa, fb = d.rng.sample(["avg", "max", "min", "sum"], 2)
+    return f"SELECT {fa}({_c(t, n)}), {fb}({_c(t, n)}) FROM {_t(t)}"
+
+
+def _count_compare(d: Draw) -> str | None:
+    t = d.table()
+    n = d.column(t, "number") if t else None
+    value = d.value(n) if n else None
+    if value is None:
+        return None
+    op = d.rng.choice([">", "<", ">="])
+    return f"SELECT count(*) FROM {_t(t)} WHERE {_c(t, n)} {op} {_lit(value)}"
+
+
+def _group_count(d: Draw) -> str | None:
+    t = d.table()
+    g = d.column(t, "text") if t else None
+    if not g:
+        return None
+    return f"SELECT {_c(t, g)}, count(*) FROM {_t(t)} GROUP BY {_c(t, g)}"
+
+
+def _top(d: Draw) -> str | None:
+    t = d.table()
+    if not t:
+        return None
+    shown, n = d.column(t, "text"), d.column(t, "number")
+    if not shown or not n:
+        return None
+    order = d.rng.choice(["DESC", "ASC"])
+    return f"SELECT {_c(t, shown)} FROM {_t(t)} ORDER BY {_c(t, n)} {order} LIMIT 1"
+
+
+def _join_filter(d: Draw) -> str | None:
+    j = d.join()
+    if not j:
+        return None
+    shown, where = d.column(j.child, "text"), d.column(j.parent, "text")
+    value = d.value(where) if where else None
+    if not shown or value is None:
+        return None
+    return (
+        f"SELECT T1.{ident(shown.name)} FROM {_t(j.child)} AS T1 JOIN {_t(j.parent)} AS T2 "
+        f"ON T1.{ident(j.fk)} = T2.{ident(j.pk)} WHERE T2.{ident(where.name)} = {_lit(value)}"
+    )
+
+
+def _join_group(d: Draw) -> str | None:
+    j = d.join()
+    if not j:
+        return None
+    shown = d.column(j.parent, "text")
+    if not shown:
+        return None
+    return (
+        f"SELECT T2.{ident(shown.name)}, count(*) FROM {_t(j.child)} AS T1 JOIN {_t(j.parent)} "
+        f"AS T2 ON T1.{ident(j.fk)} = T2.{ident(j.pk)} GROUP BY T2.{ident(j.pk)}"
+    )
+
+
+def _having(d: Draw) -> str | None:
+    t = d.table()
+    g = d.column(t, "text") if t else None
+    if not g:
+        return None
+    k = d.rng.choice([1, 2])
+    return f"SELECT {_c(t, g)} FROM {_t(t)} GROUP BY {_c(t, g)} HAVING count(*) > {k}"
+
+
+def _above_average(d: Draw) -> str | None:
+    t = d.table()
+    if not t:
+        return None
+    shown, n = d.column(t, "text"), d.column(t, "number")
+    if not shown or not n:
+        return None
+    op = d.rng.choice([">", "<"])
+    return (
+        f"SELECT {_c(t, shown)} FROM {_t(t)} WHERE {_c(t, n)} {op} "
+        f"(SELECT avg({_c(t, n)}) FROM {_t(t)})"
+    )
+
+
+def _without(d: Draw) -> str | None:
+    j = d.join()
+    if not j:
+        return None
+    shown = d.column(j.parent, "text")
+    if not shown:
+        return None
+    return (
+        f"SELECT {ident(shown.name)} FROM {_t(j.parent)} WHERE {ident(j.pk)} NOT IN "
+        f"(SELECT {ident(j.fk)} FROM {_t(j.child)})"
+    )
+
+
+def _join_top(d: Draw) -> str | None:
+    j = d.join()
+    if not j:
+        return None
+    shown = d.column(j.parent, "text")
+    if not shown:
+        return None
+    return (
+        f"SELECT T2.{ident(shown.name)} FROM {_t(j.child)} AS T1 JOIN {_t(j.parent)} AS T2 "
+        f"ON T1.{ident(j.fk)} = T2.{ident(j.pk)} GROUP BY T2.{ident(j.pk)} "
+        f"ORDER BY count(*) DESC LIMIT 1"
+    )
+
+
+def _both(d: Draw) -> str | None:
+    t = d.table()
+    if not t:
+        return None
+    shown, where = d.column(t, "text"), d.column(t, "number")
+    if not shown or not where:
+        return None
+    lo, hi = d.value(where), d.value(where)
+    if lo is None or hi is None:
+        return None
+    op = d.rng.choice(["INTERSECT", "EXCEPT", "UNION"])
+    return (
+        f"SELECT {_c(t, shown)} FROM {_t(t)} WHERE {_c(t, where)} > {_lit(lo)} {op} "
+        f"SELECT {_c(t, shown)} FROM {_t(t)} WHERE {_c(t, where)} < {_lit(hi)}"
+    )
+
+
+Template = tuple[str, str, Callable[[Draw], "str | None"]]
+TEMPLATES: tuple[Template, ...] = (
+    ("count", "easy", _count),
+    ("project_filter", "easy", _project_filter),
+    ("aggregate", "easy", _aggregate),
+    ("count_compare", "easy", _count_compare),
+    ("group_count", "medium", _group_count),
+    ("top", "medium", _top),
+    ("join_filter", "medium", _join_filter),
+    ("join_group", "medium", _join_group),
+    ("having", "hard", _having),
+    ("above_average", "hard", _above_average),
+    ("without", "hard", _without),
+    ("join_top", "extra", _join_top),
+    ("both", "extra", _both),
+)
+"""Template name, the level it aims at (the pair's own level is computed from its SQL), fill."""
+GROUPING = frozenset({"group_count", "join_group"})
+"""Templates whose last column is a count per group."""
+
+
+# --- drafting and checking SQL ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A template SQL that passed the execution checks, with what it returned."""
+
+    template: str
+    sql: str
+    difficulty: str
+    n_rows: int
+    result_hash: str
+
+
+def _normal(sql: str) -> str:
+    return re.sub(r"\s+", " ", sql.strip().lower())
+
+
+def _result_hash(rows: Sequence[tuple]) -> str:
+    text = json.dumps(sorted(map(repr, rows)))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def check_draft(db: Database, template: str, sql: str) -> Draft | str:
+    """A :class:`Draft` when ``sql`` is a usable label on ``db``, else the reason it is not."""
+    try:
+        result = db.execute(sql, timeout_s=TIMEOUT_S, max_rows=MAX_ROWS + 1)
+    except ExecutionError as err:
+        return f"does not run: {err.kind}"
+    rows = list(result.rows)
+    if not rows:
+        return "returns no rows"
+    if len(rows) > MAX_ROWS or result.truncated:
+        return f"returns more than {MAX_ROWS} rows"
+    if all(v is None for row in rows for v in row):
+        return "returns only NULL"
+    if template in GROUPING and all(row[-1] == 1 for row in rows):
+        return "every group holds one row: the grouping says nothing"
+    if " LIMIT " in sql.upper() and not _limit_is_determined(db, sql):
+        return "a tie at the LIMIT boundary: the answer is not determined"
+    return Draft(template, sql, spider_hardness(sql), len(rows), _result_hash(rows))
+
+
+def _limit_is_determined(db: Database, sql: str) -> bool:
+    """For ``... ORDER BY key LIMIT k``: the k-th and (k+1)-th rows' order keys differ."""
+    match = re.search(r"ORDER BY (.+?) (ASC|DESC) LIMIT (\d+)\s*$", sql, flags=re.IGNORECASE)
+    if not match:
+        return False
+    key, direction, k = match.group(1), match.group(2), int(match.group(3))
+    head = sql[: match.start()]
+    # The same query asking for the order keys of the first k+1 rows instead of the answer.
+    probe = f"{head.rstrip()} ORDER BY {key} {direction} LIMIT {k + 1}"
+    probe = re.sub(r"^SELECT .+? FROM", f"SELECT {key} FROM", probe, count=1, flags=re.S)
+    try:
+        keys = [row[0] for row in db.execute(probe, timeout_s=TIMEOUT_S).rows]
+    except ExecutionError:
+        return False
+    return len(keys) <= k or keys[k - 1] != keys[k]
+
+
+def draft_queries(
+    db: Database, n: int, *, seed: int = 0, skip: set[str] | None = None
+) -> Iterator[Draft | tuple[str, str, str]]:
+    """Yield checked drafts (and ``(template, sql, reason)`` for rejected ones) until ``n``
+    drafts or :data:`MAX_DRAWS_PER_PAIR` ``* n`` draws; levels drawn towards :data:`DIFFICULTY_MIX`.
+
+    ``skip`` holds normalised SQL already tried (a resumed run); duplicates never repeat.
+    """
+    schema = introspect(db)
+    if not schema.tables:
+        raise SynthesisError(f"{db.name}: the database has no tables")
+    rng = random.Random(f"synthesize:{db.name}:{seed}")
+    draw = Draw(schema, rng)
+    if not draw.tables:
+        raise SynthesisError(f"{db.name}: every table is empty; there is nothing to ask about")
+    seen = set(skip or ())
+    results: set[tuple[str, str]] = set()
+    by_level: dict[str, list[Template]] = {}
+    for tpl in TEMPLATES:
+        by_level.setdefault(tpl[1], []).append(tpl)
+    levels, weights = zip(*DIFFICULTY_MIX.items(), strict=True)
+    made = 0
+    for _ in range(MAX_DRAWS_PER_PAIR * n):
+        if made >= n:
+            return
+        level = rng.choices(levels, weights)[0]
+        name, _level, fill = rng.choice(by_level[level])
+        sql = fill(draw)
+        if sql is None or _normal(sql) in seen:
+            continue
+        seen.add(_normal(sql))
+        verdict = check_draft(db, name, sql)
+        if isinstance(verdict, str):
+            yield (name, sql, verdict)
+            continue
+        if (name, verdict.result_hash) in results:
+            yield (name, sql, "same template and result as a kept query")
+            continue
+        results.add((name, verdict.result_hash))
+        made += 1
+        yield verdict
+
+
+# --- questions, the round trip, the file ------------------------------------------------------
+
+
+def describe(draft: Draft, db: Database, describer: Any) -> str:
+    """The LM's question for ``draft.sql``, from the DDL of the tables it reads ("" on garbage)."""
+    import sqlglot
+    from sqlglot import exp
+
+    from sqlweave.adapter import use_default_adapter
+    from sqlweave.schema import native_ddl
+
+    try:
+        tables = {t.name for t in sqlglot.parse_one(draft.sql, read="sqlite").find_all(exp.Table)}
+    except sqlglot.errors.SqlglotError:
+        tables = None
+    ddl = native_ddl(db, tables)
+    with use_default_adapter():
+        try:
+            out = describer(db_schema=ddl, sql=draft.sql)
+        except Exception as err:  # noqa: BLE001 - a garbage reply rejects the pair, not the run
+            from sqlweave.failures import raise_if_run_failure
+
+            raise_if_run_failure(err)
+            logger.debug("describe failed: %s", err)
+            return ""
+    question = " ".join(str(getattr(out, "question", "") or "").split())
+    return question if _plausible_question(question) else ""
+
+
+def _plausible_question(text: str) -> bool:
+    """A sentence, not SQL echoed back or a fragment."""
+    low = text.lower()
+    looks_like_sql = low.startswith("select") or ("select " in low and " from " in low)
+    return 12 <= len(text) <= 400 and not looks_like_sql
+
+
+def round_trip(question: str, draft: Draft, db: Database, program: Any) -> bool:
+    """Whether ``program`` answers ``question`` with SQL that returns ``draft.sql``'s result."""
+    from sqlweave.metrics import check_execution, pred_sql_of
+
+    try:
+        pred = program(question=question, db=db)
+    except Exception as err:  # noqa: BLE001 - one failed answer rejects the pair
+        from sqlweave.failures import raise_if_run_failure
+
+        raise_if_run_failure(err)
+        logger.debug("round trip failed: %s", err)
+        return False
+    match = check_execution(pred_sql_of(pred), draft.sql, db, "spider", timeout_s=TIMEOUT_S)
+    return match.correct
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                logger.warning("%s: skipped a broken line (an interrupted write)", path)
+    return out
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        fh.flush()
+
+
+def synthesize(
+    db: Database | str | Path,
+    n: int,
+    *,
+    out: str | Path | None = None,
+    seed: int = 0,
+    program: Any = "direct",
+    check: bool = True,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """``n`` question/SQL pairs for ``db``, in the questions-file format (see the module doc).
+
+    ``db`` is an open :class:`~sqlweave.db.Database`, a SQLite path or a SQLAlchemy URL.
+    ``program`` (a registry name or a program) answers each written question for the round trip;
+    ``check=False`` skips it (every question the LM writes is kept). With ``out``, pairs are
+    appended to that JSON Lines file as they are accepted and every tried query's verdict to
+    ``<out>.tried.jsonl``: an interrupted run resumes where it stopped. Uses DSPy's configured LM.
+    Returns the pairs (all of ``out``'s, when resuming).
+    """
+    import dspy
+    from tqdm.auto import tqdm
+
+    from sqlweave.programs import get
+    from sqlweave.programs.base import resolve_database
+    from sqlweave.signatures import DescribeSQL
+
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise SynthesisError(f"n must be a positive integer, got {n!r}")
+    database = resolve_database(db)
+    out_path = Path(out) if out is not None else None
+    tried_path = out_path.with_name(out_path.name + ".tried.jsonl") if out_path else None
+    pairs = _read_jsonl(out_path) if out_path else []
+    tried = _read_jsonl(tried_path) if tried_path else []
+    skip = {_normal(t["sql"]) for t in tried if "sql" in t}
+    if len(pairs) >= n:
+        return pairs[:n]
+    answerer = get(program) if isinstance(program, str) else program
+    describer = dspy.Predict(DescribeSQL)
+    db_ref = str(database.path) if database.path is not None else database.url
+    bar = tqdm(
+        total=n, initial=len(pairs), desc=f"synthesize {database.name}", disable=not progress
+    )
+    try:
+        for item in draft_queries(database, n - len(pairs), seed=seed + len(tried), skip=skip):
+            if isinstance(item, tuple):
+                verdict = {"template": item[0], "sql": item[1], "kept": False, "why": item[2]}
+            else:
+                question = describe(item, database, describer)
+                if not question:
+                    why = "the LM wrote no usable question"
+                elif check and not round_trip(question, item, database, answerer):
+                    why = "round trip: the question leads to another answer"
+                else:
+                    why = ""
+                verdict = {
+                    "template": item.template,
+                    "sql": item.sql,
+                    "question": question,
+                    "kept": not why,
+                    "why": why or "kept",
+                }
+                if not why:
+                    pair = {
+                        "question_id": f"syn_{database.name}_{len(pairs):05d}",
+                        "db_id": database.name,
+                        "db_path": db_ref,
+                        "question": question,
+                        "gold_sql": item.sql,
+                        "difficulty": item.difficulty,
+                        "template": item.template,
+                        "source": "synthetic",
+                    }
+                    pairs.append(pair)
+                    if out_path:
+                        _append(out_path, pair)
+                    bar.update(1)
+            if tried_path:
+                _append(tried_path, verdict)
+            if len(pairs) >= n:
+                break
+    finally:
+        bar.close()
+    if len(pairs) < n:
+        logger.warning(
+            "%s: %d of %d pairs (the schema offered too few usable queries)",
+            database.name,
+            len(pairs),
+            n,
+        )
+    return pairs

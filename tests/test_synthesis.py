@@ -1,0 +1,124 @@
+"""Synthesized pairs: template SQL checked by execution, questions by the LM, the round trip."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import dspy
+import pytest
+from conftest import DEMO_CONCERT_DB
+from dspy.utils import DummyLM
+
+from sqlweave.data import load_questions
+from sqlweave.db import Database
+from sqlweave.synthesis import (
+    TEMPLATES,
+    Draft,
+    SynthesisError,
+    check_draft,
+    draft_queries,
+    synthesize,
+)
+
+QUESTION = "How many singers are there?"
+ANSWER = "SELECT count(*) FROM singer"
+
+
+def _lm() -> DummyLM:
+    # the describer gets QUESTION for every query; direct answers ANSWER to every question
+    return DummyLM({"Write the one question": {"question": QUESTION}, "": {"sql": ANSWER}})
+
+
+def test_drafts_run_return_rows_and_cover_the_levels():
+    db = Database.open(DEMO_CONCERT_DB)
+    drafts = [d for d in draft_queries(db, 30) if isinstance(d, Draft)]
+    assert len(drafts) == 30
+    assert len({d.sql.lower() for d in drafts}) == 30
+    assert {d.difficulty for d in drafts} >= {"easy", "medium", "hard"}
+    for d in drafts:
+        rows = db.execute(d.sql).rows
+        assert 0 < len(rows) <= 50 and d.n_rows == len(rows)
+    # the same seed draws the same queries; another seed others
+    again = [d.sql for d in draft_queries(db, 30) if isinstance(d, Draft)]
+    other = [d.sql for d in draft_queries(db, 30, seed=1) if isinstance(d, Draft)]
+    assert again == [d.sql for d in drafts] and other != again
+
+
+def test_check_draft_rejects_bad_labels():
+    db = Database.open(DEMO_CONCERT_DB)
+    assert check_draft(db, "t", "SELECT nope FROM singer").startswith("does not run")
+    assert check_draft(db, "t", "SELECT Name FROM singer WHERE Age > 1000") == "returns no rows"
+    tie = "SELECT Country FROM singer ORDER BY Is_male DESC LIMIT 1"
+    assert "tie" in check_draft(db, "t", tie)
+    one = "SELECT Name, count(*) FROM singer GROUP BY Singer_ID"
+    assert "one row" in check_draft(db, "group_count", one)
+    assert isinstance(
+        check_draft(db, "t", "SELECT Name FROM singer ORDER BY Age DESC LIMIT 1"), Draft
+    )
+
+
+def test_every_template_fills_on_a_schema_with_keys():
+    db = Database.open(DEMO_CONCERT_DB)
+    made = {d.template for d in draft_queries(db, 200) if isinstance(d, Draft)}
+    assert made == {name for name, _level, _fill in TEMPLATES}
+
+
+def test_no_tables_and_empty_tables_are_clear_errors(tmp_path: Path):
+    empty = tmp_path / "empty.sqlite"
+    conn = sqlite3.connect(empty)
+    conn.execute("PRAGMA user_version = 1")  # a valid file with no tables
+    conn.commit()
+    conn.close()
+    with pytest.raises(SynthesisError, match="no tables"):
+        list(draft_queries(Database.open(empty), 5))
+    hollow = tmp_path / "hollow.sqlite"
+    conn = sqlite3.connect(hollow)
+    conn.execute("CREATE TABLE t (a INTEGER, b TEXT)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(SynthesisError, match="empty"):
+        list(draft_queries(Database.open(hollow), 5))
+    with pytest.raises(SynthesisError, match="positive"):
+        synthesize(DEMO_CONCERT_DB, 0)
+
+
+def test_round_trip_keeps_only_pairs_whose_answer_matches(tmp_path: Path):
+    out = tmp_path / "pairs.jsonl"
+    with dspy.context(lm=_lm()):
+        pairs = synthesize(DEMO_CONCERT_DB, 1, out=out, progress=False)
+    assert len(pairs) == 1
+    # direct answered ANSWER, so the kept pair's SQL returns the singer count
+    db = Database.open(DEMO_CONCERT_DB)
+    assert db.execute(pairs[0]["gold_sql"]).rows == db.execute(ANSWER).rows
+    tried = [
+        json.loads(x) for x in out.with_name("pairs.jsonl.tried.jsonl").read_text().splitlines()
+    ]
+    assert tried[-1]["kept"] and any(not t["kept"] for t in tried)
+    assert any(t["why"].startswith("round trip") for t in tried)
+    # the file is a questions file
+    [ex] = load_questions(out)
+    assert ex.question == QUESTION and ex.gold_sql == pairs[0]["gold_sql"]
+    assert Path(ex.db_path) == DEMO_CONCERT_DB
+
+
+def test_without_the_round_trip_every_question_is_kept_and_a_rerun_resumes(tmp_path: Path):
+    out = tmp_path / "pairs.jsonl"
+    with dspy.context(lm=_lm()):
+        first = synthesize(DEMO_CONCERT_DB, 3, out=out, check=False, progress=False)
+        assert len(first) == 3
+        more = synthesize(DEMO_CONCERT_DB, 5, out=out, check=False, progress=False)
+    assert more[:3] == first and len(more) == 5
+    assert len({p["gold_sql"] for p in more}) == 5  # nothing tried before is drawn again
+    lines = out.read_text().splitlines()
+    assert len(lines) == 5
+
+
+def test_garbage_questions_are_rejected(tmp_path: Path):
+    lm = DummyLM(
+        {"Write the one question": {"question": "SELECT * FROM singer"}, "": {"sql": ANSWER}}
+    )
+    with dspy.context(lm=lm):
+        pairs = synthesize(DEMO_CONCERT_DB, 2, check=False, progress=False)
+    assert pairs == []
