@@ -217,8 +217,9 @@ def test_programs_settle_only_samples_that_go_to_the_plain_vote() -> None:
 
 
 def _capture_batch_settle(monkeypatch, answers_at_start):
-    """Replace the sampler's batch block: record its ``settle`` and what it says, at the block's
-    start (no candidate yet), for each list of batch answers in ``answers_at_start``."""
+    """Replace the sampler's batch block: record its ``early_stop`` and what its judge says, at
+    the block's start (no candidate yet), for each list of batch candidates in
+    ``answers_at_start``."""
     from contextlib import contextmanager
 
     from sqlweave.programs import voting
@@ -226,9 +227,9 @@ def _capture_batch_settle(monkeypatch, answers_at_start):
     seen: dict = {}
 
     @contextmanager
-    def block(k, *, temperature=None, greedy=False, settle=None):
-        seen["settle"] = settle
-        seen["verdicts"] = [settle(a) for a in answers_at_start] if settle else []
+    def block(k, *, temperature=None, greedy=False, early_stop=None):
+        seen["early_stop"] = early_stop
+        seen["verdicts"] = [early_stop.judge(a) for a in answers_at_start] if early_stop else []
         yield None
 
     monkeypatch.setattr(voting, "batched_samples", block)
@@ -270,7 +271,7 @@ def test_the_engine_judges_a_batch_only_when_its_texts_are_the_candidates(db, mo
         candidates = Sampler(dspy.Predict(GenerateSQL), n=3, temperature=0.8, settle=True)(
             db=db, **inputs
         )
-    assert seen["settle"] is None and candidates == [N_SINGERS, N_SINGERS]
+    assert seen["early_stop"] is None and candidates == [N_SINGERS, N_SINGERS]
 
 
 def test_the_vote_reuses_the_outcomes_a_settling_sampler_had(db, monkeypatch) -> None:
