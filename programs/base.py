@@ -8,6 +8,7 @@ SQLAlchemy URL or an open :class:`~sqlweave.db.Database`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +140,31 @@ class Generator(dspy.Predict):
                 raw = err.lm_response or ""
                 logger.debug("unparsed LM output kept as raw text: %s", raw[:200])
         return dspy.Prediction(sql=extract_sql(raw), raw=raw)
+
+    def candidate_reader(self) -> Callable[[str], str] | None:
+        """How the answer of this predictor's next LM call (the assistant message, a prefilled
+        start included) becomes the ``sql`` it returns, when that text alone decides it; None
+        when it does not.
+
+        The adapter is the one :meth:`forward` would use (sqlweave's unless the user set one);
+        an adapter that reads a completion as plain text says how (``output_reader``, as
+        :class:`~sqlweave.adapter.SQLAdapter` does). Another may parse markers or ask the LM
+        again, so the text alone does not give the answer. A settling
+        :class:`~sqlweave.programs.voting.Sampler` hands the reader to the local engine, which
+        then judges the samples it decodes as the candidates they will be.
+        """
+        from sqlweave.adapter import use_default_adapter
+        from sqlweave.sqltext import extract_sql
+
+        with use_default_adapter(self.layout, self.prefill):
+            adapter = dspy.settings.adapter
+        output_reader = getattr(adapter, "output_reader", None)
+        parse = output_reader(self.signature) if callable(output_reader) else None
+        if parse is None:
+            return None
+        field = self.field
+
+        def candidate_of(answer: str) -> str:
+            return extract_sql(str(parse(answer).get(field, "") or ""))
+
+        return candidate_of

@@ -66,14 +66,13 @@ import dspy
 
 from sqlweave.caches import CACHE, db_key
 from sqlweave.db import Database
-from sqlweave.lm import batched_samples
 from sqlweave.metrics import spider_hardness
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
 from sqlweave.programs.demos import DemoSource
 from sqlweave.programs.linking import LinkedSchema
 from sqlweave.programs.retrieval import as_demos
-from sqlweave.programs.voting import sample_lm
+from sqlweave.programs.voting import Sampler, sample_lm
 from sqlweave.schema import Schema, introspect, render_pet
 from sqlweave.signatures import GenerateSQL
 
@@ -318,7 +317,7 @@ class PETSQL(SQLProgram):
         ).linked
 
     def _finsqls(
-        self, presql: str, hardness: str, fin_text: str, full_text: str, **inputs: Any
+        self, db: Database, presql: str, hardness: str, fin_text: str, full_text: str, **inputs: Any
     ) -> tuple[list[str], list[str], bool]:
         """FinSQL candidates, their source labels (in voting order, §3.3-3.4) and whether any
         was generated (rather than PreSQL standing in)."""
@@ -336,24 +335,27 @@ class PETSQL(SQLProgram):
                 (f"sample[{j}]", sample_lm(j, self.temperature, lms[0], greedy_first=False))
                 for j in range(1, self.samples + 1)
             ]
-        candidates: list[str] = []
-        sources: list[str] = []
-        generated = False
         labelled = [
             (label, lm) for label, lm in labelled if voters is None or _matches(label, voters)
         ]
-        samples = sum(label.startswith("sample[") for label, _ in labelled)
-        # The samples share FinSQL's prompt: a local model decodes them together, beside
-        # FinSQL's own greedy call when it comes first.
-        with batched_samples(samples, temperature=self.temperature, greedy=self.temperature > 0):
-            for label, lm in labelled:
-                if label == "finsql[0]" and reuse:
-                    sql = presql
-                else:
-                    sql = self._generate(self.finsql, lm, db_schema=fin_text, **inputs)
-                    generated = True
-                candidates.append(sql)
-                sources.append(label)
+        # PreSQL stands in for the current LM's greedy FinSQL (always first) on PreSQL's prompt.
+        stands_in = reuse and any(label == "finsql[0]" for label, _ in labelled)
+        calls = labelled[1:] if stands_in else labelled
+        drawn: Sequence[str] = []
+        if calls:
+            # The samples share FinSQL's prompt: a local model decodes them together, beside
+            # FinSQL's own greedy call when it comes first.
+            drawn = Sampler(self.finsql, n=len(calls), temperature=self.temperature).draw(
+                db,
+                {"db_schema": fin_text, **inputs},
+                lambda i: calls[i][1],
+                n=len(calls),
+                samples=sum(label.startswith("sample[") for label, _ in calls),
+                greedy=self.temperature > 0,
+            )
+        candidates = [presql] * stands_in + list(drawn)
+        sources = [label for label, _ in labelled]
+        generated = bool(calls)
         presql_votes = voters is None or _matches("presql", voters)
         presql_in = reuse and "finsql[0]" in sources
         if self.consistency == "cross" and presql_votes and not presql_in:
@@ -394,7 +396,7 @@ class PETSQL(SQLProgram):
                 fin_text = self.schema_text(db, linked)
 
         candidates, sources, generated = self._finsqls(
-            presql, hardness, fin_text, full_text, **inputs
+            db, presql, hardness, fin_text, full_text, **inputs
         )
         if generated:
             stages.append("finsql")

@@ -19,13 +19,16 @@ The winning SQL is the earliest member of the winning class.
 Candidates that go only to this vote need not all be drawn: once the leading class cannot be
 overtaken by the candidates still to come (:func:`vote_settled`), :class:`Sampler` with
 ``settle`` stops, and a local model stops decoding the samples' batch (adaptive
-self-consistency; ``direct`` and ``weave`` do this with the ``vote`` selector).
+self-consistency; ``direct`` and ``weave`` do this with the ``vote`` selector). The sampler's
+tally hands the outcomes it already has to the vote (:class:`Candidates`), so no candidate runs
+twice.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +37,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from sqlweave.db import Database, ExecutionError, QueryResult
-from sqlweave.lm import batched_samples
+from sqlweave.lm import EarlyStop, batched_samples
 from sqlweave.metrics import has_top_level_order_by, results_match
 from sqlweave.programs.base import SQLProgram, resolve_database
 from sqlweave.programs.feedback import FEEDBACK_TIMEOUT_S, execute_quietly, is_empty
@@ -103,16 +106,17 @@ def execution_groups(
     *,
     timeout_s: float = FEEDBACK_TIMEOUT_S,
     max_rows: int = VOTE_MAX_ROWS,
+    known: Mapping[str, QueryResult | ExecutionError] | None = None,
 ) -> tuple[list[ExecutionGroup], list[QueryResult | ExecutionError]]:
     """Execute every candidate and group those with equivalent results; failures are left out.
 
     Returns ``(groups in order of their first member, per-candidate outcomes)``. Two candidates
-    are compared in row order only when both sort at the top level. Candidates from a settling
-    :class:`Sampler` (:class:`Candidates`) bring the outcomes it already had; they are reused.
+    are compared in row order only when both sort at the top level. ``known`` outcomes (by SQL,
+    e.g. :attr:`Candidates.outcomes` of a settling :class:`Sampler`) are reused, not run again.
     """
     if weights is not None and len(weights) != len(candidates):
         raise ValueError(f"{len(weights)} weights for {len(candidates)} candidates")
-    known = candidates.outcomes if isinstance(candidates, Candidates) else {}
+    known = known or {}
     outcomes = [
         known[sql]
         if sql in known
@@ -175,15 +179,46 @@ def vote_settled(groups: Sequence[ExecutionGroup], undecided: float) -> bool:
     return margin > 0 or (margin == 0 and not ranked[0].empty and ranked[0].first == 0)
 
 
-class Candidates(list):
-    """A :class:`Sampler`'s candidates (a plain list of SQL) with the execution outcomes it
-    already has, by SQL, so the vote does not run them again (:func:`execution_groups`)."""
+class Candidates(Sequence[str]):
+    """What a :class:`Sampler` returns: its candidates' SQL in rollout order, read-only, and
+    ``outcomes``, the execution results (or errors) its tally already had, by SQL.
+
+    Every selector reads it as a sequence of SQL (it compares equal to a list of the same SQL).
+    :class:`VoteSelector` also hands ``outcomes`` to :func:`vote` (``known=``), so a candidate
+    the tally ran while sampling is not run again; it is empty when the sampler kept no tally.
+    """
+
+    __slots__ = ("_sqls", "outcomes")
 
     def __init__(
-        self, sqls: Sequence[str], outcomes: dict[str, QueryResult | ExecutionError]
+        self,
+        sqls: Iterable[str],
+        outcomes: Mapping[str, QueryResult | ExecutionError] | None = None,
     ) -> None:
-        super().__init__(sqls)
-        self.outcomes = outcomes
+        self._sqls = list(sqls)
+        #: Execution outcomes already known, by SQL (a settling sampler's tally).
+        self.outcomes: dict[str, QueryResult | ExecutionError] = dict(outcomes or {})
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._sqls[index]
+
+    def __len__(self) -> int:
+        return len(self._sqls)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sqls)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Candidates):
+            return self._sqls == other._sqls
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return self._sqls == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a list, so unhashable like one
+
+    def __repr__(self) -> str:
+        return f"Candidates({self._sqls!r})"
 
 
 class VoteTally:
@@ -229,11 +264,13 @@ def vote(
     weights: Sequence[float] | None = None,
     *,
     timeout_s: float = FEEDBACK_TIMEOUT_S,
+    known: Mapping[str, QueryResult | ExecutionError] | None = None,
 ) -> VoteResult:
-    """Majority vote over execution results (rules in the module docstring)."""
+    """Majority vote over execution results (rules in the module docstring); ``known`` outcomes
+    (by SQL) are reused rather than run again."""
     if not candidates:
         raise ValueError("vote needs at least one candidate")
-    groups, outcomes = execution_groups(candidates, db, weights, timeout_s=timeout_s)
+    groups, outcomes = execution_groups(candidates, db, weights, timeout_s=timeout_s, known=known)
     total = float(len(candidates)) if weights is None else float(sum(weights))
     if not groups:
         logger.debug("vote: every candidate failed; returning the first")
@@ -269,7 +306,12 @@ class Sampler(dspy.Module):
     ``vote`` selector) and nowhere else: sampling stops once the candidates so far decide the
     vote whatever the rest would return (:func:`vote_settled`), so fewer than ``n`` may come
     back. The vote then picks the same class of answers it would pick from all ``n``. A local
-    model decoding the samples together stops their batch at that point too.
+    model decoding the samples together stops their batch at that point too, when the predictor
+    says how a call's answer becomes its candidate (``candidate_reader()``, as
+    :class:`~sqlweave.programs.base.Generator` does).
+
+    Every sampled rollout in sqlweave goes through a Sampler (:meth:`draw`): it alone opens the
+    local engine's batch of samples (:func:`~sqlweave.lm.batched_samples`).
     """
 
     def __init__(
@@ -304,61 +346,76 @@ class Sampler(dspy.Module):
             raw = err.lm_response or ""
         return extract_sql(raw)
 
-    def _rollout(self, i: int, db: Database, inputs: dict[str, Any]) -> str:
-        with dspy.context(lm=sample_lm(i, self.temperature, greedy_first=self.greedy_first)):
+    def _rollout(self, lm: Any, db: Database, inputs: dict[str, Any]) -> str:
+        with dspy.context(lm=lm) if lm is not None else nullcontext():
             return self._call(db, inputs)
 
-    def forward(self, db: Database | str | Path, **inputs: Any) -> list[str]:
+    def forward(self, db: Database | str | Path, **inputs: Any) -> Candidates:
         """The candidates in rollout order (the greedy one first); with ``settle``, those made
-        before the vote was decided.
-
-        The rollouts share one prompt, so they run inside
-        :func:`~sqlweave.lm.batched_samples`: a local model decodes them together, the greedy
-        one (with ``greedy_first``) as one more sequence of the samples' batch.
-        """
-        database = resolve_database(db)
+        before the vote was decided. A local model decodes the rollouts together, the greedy
+        one (with ``greedy_first``) as one more sequence of the samples' batch."""
         first = 1 if self.greedy_first else 0
-        candidates: list[str] = []
-        tally = VoteTally(database, self.settle_timeout_s) if self.settle and self.n > 1 else None
-
-        def batch_settled(answers: Sequence[str | None]) -> bool:
-            """Whether the batch's answers so far settle the vote. The first is the call that
-            made the batch (the next candidate); the finished samples follow it in the order the
-            next calls will take them, and every other rollout is still to come."""
-            assert tally is not None
-            answers = answers[: self.n - len(candidates)]  # earlier rollouts may be cache hits
-            if not answers:
-                return False
-            head = None if answers[0] is None else extract_sql(answers[0])
-            done = [extract_sql(text) for text in answers[1:] if text is not None]
-            known = [*candidates, head, *done]
-            return tally.settled(known, self.n - len(known))
-
-        with batched_samples(
-            self.n - first,
-            temperature=self.temperature,
+        return self.draw(
+            resolve_database(db),
+            inputs,
+            lambda i: sample_lm(i, self.temperature, greedy_first=self.greedy_first),
+            n=self.n,
+            samples=self.n - first,
             greedy=bool(first) and self.temperature > 0,
-            settle=batch_settled if tally is not None and self._engine_reads_candidates() else None,
-        ):
-            for i in range(self.n):
-                if tally is not None and candidates and tally.settled(candidates, self.n - i):
-                    logger.debug("sampler: the vote is settled after %d of %d", i, self.n)
-                    break
-                candidates.append(self._rollout(i, database, inputs))
-        return candidates if tally is None else Candidates(candidates, tally.outcomes)
-
-    def _engine_reads_candidates(self) -> bool:
-        """Whether a completion's text gives the candidate the rollout will return, so the local
-        engine may judge the vote on the batch's texts: one generator call per rollout, parsed
-        by sqlweave's adapter (the SQL in the text). Otherwise only this module's own check, on
-        the candidates as they come back, stops the sampling."""
-        from sqlweave.adapter import SQLAdapter
-        from sqlweave.programs.base import Generator
-
-        adapter = dspy.settings.adapter
-        return isinstance(self.predictor, Generator) and (
-            adapter is None or isinstance(adapter, SQLAdapter)
         )
+
+    def draw(
+        self,
+        db: Database,
+        inputs: dict[str, Any],
+        lm_of: Callable[[int], Any],
+        *,
+        n: int,
+        samples: int,
+        greedy: bool,
+    ) -> Candidates:
+        """``n`` candidates, rollout ``i`` made on ``lm_of(i)`` (None: the current LM), in order.
+
+        The rollouts share one prompt, so they run inside one
+        :func:`~sqlweave.lm.batched_samples` block for the ``samples`` of them sampled at
+        ``temperature``; with ``greedy`` the block's first call may be a greedy one decoding
+        beside them. :meth:`forward` draws the sampler's own ``n`` rollouts; a program whose
+        rollouts use several LMs (PET-SQL's FinSQLs and their samples) names them here.
+        """
+        candidates: list[str] = []
+        tally = VoteTally(db, self.settle_timeout_s) if self.settle and n > 1 else None
+        early_stop = None if tally is None else self._early_stop(tally, candidates, n)
+        with batched_samples(
+            samples, temperature=self.temperature, greedy=greedy, early_stop=early_stop
+        ):
+            for i in range(n):
+                if tally is not None and candidates and tally.settled(candidates, n - i):
+                    logger.debug("sampler: the vote is settled after %d of %d", i, n)
+                    break
+                candidates.append(self._rollout(lm_of(i), db, inputs))
+        return Candidates(candidates, None if tally is None else tally.outcomes)
+
+    def _early_stop(self, tally: VoteTally, candidates: list[str], n: int) -> EarlyStop | None:
+        """The batch's early stop for a settling vote: judge the batch's candidates with the
+        tally, read by the predictor's own reader; None when the predictor has none (its
+        candidates are then checked only as they come back)."""
+        reader = getattr(self.predictor, "candidate_reader", None)
+        read = reader() if callable(reader) else None
+        if read is None:
+            return None
+
+        def judge(batch: Sequence[str | None]) -> bool:
+            """Whether the batch's candidates settle the vote: the first is the rollout that
+            made the batch (the next candidate); the finished samples follow it in the order the
+            next rollouts take them, and every other rollout is still to come."""
+            batch = batch[: n - len(candidates)]  # earlier rollouts may have been cache hits
+            if not batch:
+                return False
+            head, *rest = batch
+            known = [*candidates, head, *(sql for sql in rest if sql is not None)]
+            return tally.settled(known, n - len(known))
+
+        return EarlyStop(judge, lambda answer: extract_sql(read(answer)))
 
 
 class VoteSelector(dspy.Module):
@@ -381,9 +438,11 @@ class VoteSelector(dspy.Module):
         db_schema: str | None = None,
         weights: Sequence[float] | None = None,
     ) -> dspy.Prediction:
-        if not isinstance(candidates, Candidates):  # keep the outcomes a settling sampler had
-            candidates = list(candidates)
-        result = vote(candidates, resolve_database(db), weights, timeout_s=self.timeout_s)
+        # A settling sampler's candidates bring the outcomes its tally had: run only the rest.
+        known = candidates.outcomes if isinstance(candidates, Candidates) else None
+        result = vote(
+            list(candidates), resolve_database(db), weights, timeout_s=self.timeout_s, known=known
+        )
         return dspy.Prediction(
             sql=result.sql, choice=result.winner_index + 1, lm_called=False, vote=result
         )
@@ -412,8 +471,8 @@ class SelfConsistency(Sampler):
         """Returns ``Prediction(sql, candidates, vote)`` with the :class:`VoteResult`."""
         database = resolve_database(db)
         candidates = super().forward(db=database, **inputs)
-        result = vote(candidates, database)
-        return dspy.Prediction(sql=result.sql, candidates=candidates, vote=result)
+        result = vote(list(candidates), database, known=candidates.outcomes)
+        return dspy.Prediction(sql=result.sql, candidates=list(candidates), vote=result)
 
 
 def settle_for(selector: Any) -> dict[str, Any]:

@@ -38,6 +38,7 @@ back to ChatAdapter without its JSON retry, so a garbage reply costs one call, n
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import dspy
@@ -300,6 +301,16 @@ class SQLAdapter(ChatAdapter):
         what = desc.get("desc") or _label(output)
         blocks.append(f"Answer with the {_label(output).lower()} only ({what}).")
         return "\n\n".join(blocks)
+
+    def output_reader(self, signature: type[Signature]) -> Callable[[str], dict[str, Any]] | None:
+        """How a completion of ``signature`` becomes its outputs when the text alone gives them
+        (a single text output, read by :meth:`parse`); None for the signatures handed to
+        ChatAdapter, whose parsing may ask the LM again. Lets a caller read an answer while the
+        engine is still decoding it (:meth:`sqlweave.programs.base.Generator.candidate_reader`).
+        """
+        if _text_output(signature) is None:
+            return None
+        return lambda completion: self.parse(signature, completion)
 
     def parse(self, signature, completion):  # type: ignore[override]
         output = _text_output(signature)

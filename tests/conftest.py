@@ -110,29 +110,29 @@ def stand_in_llama(
 ) -> str:
     """Make every local engine load ``llama`` (a stand-in for ``llama_cpp.Llama``) instead of a
     model: writes a placeholder GGUF file and returns its ``gguf:`` spec."""
-    from sqlweave import lm as sqlweave_lm
+    from sqlweave.lm import engine, loading
 
     gguf = tmp_path / "fake.gguf"
     gguf.write_bytes(b"GGUF")
-    loaded = sqlweave_lm._Loaded(llama, key=key)
-    monkeypatch.setattr(sqlweave_lm, "_load_llama", lambda *a, **k: loaded)
-    monkeypatch.setattr(sqlweave_lm, "_reset_perf", lambda llama: None)
+    loaded = loading.Loaded(llama, key=key)
+    monkeypatch.setattr(loading, "load_llama", lambda *a, **k: loaded)
+    monkeypatch.setattr(engine, "_reset_perf", lambda llama: None)
     return f"gguf:{gguf}"
 
 
 def fake_llama_cpp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, llama_class: type) -> str:
     """Install a ``llama_cpp`` module whose ``Llama`` is ``llama_class``, so the real
-    :func:`sqlweave.lm._load_llama` runs without a model: gives the test its own loaded-model
+    :func:`sqlweave.lm.loading.load_llama` runs without a model: gives the test its own loaded-model
     registries (so its stand-ins never reach the real exit hook), writes a placeholder GGUF file
     and returns its ``gguf:`` spec."""
-    from sqlweave import lm as sqlweave_lm
+    from sqlweave.lm import loading
 
     fake_module = types.ModuleType("llama_cpp")
     fake_module.Llama = llama_class  # type: ignore[attr-defined]
     fake_module.LlamaRAMCache = object  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "llama_cpp", fake_module)
-    monkeypatch.setattr(sqlweave_lm, "_LOADED", {})
-    monkeypatch.setattr(sqlweave_lm, "_OPEN_MODELS", weakref.WeakSet())
+    monkeypatch.setattr(loading, "_LOADED", {})
+    monkeypatch.setattr(loading, "_OPEN_MODELS", weakref.WeakSet())
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     return f"gguf:{gguf}"

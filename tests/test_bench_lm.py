@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from sqlweave import lm as sqlweave_lm
-from sqlweave.lm import CallStats, PromptStates
+from sqlweave.lm import CallStats, PromptStates, loading
 
 llama_cpp = pytest.importorskip("llama_cpp")  # patched below; no model is loaded
 
@@ -79,7 +78,7 @@ class Oracle:
 
 def load_stand_in(monkeypatch: pytest.MonkeyPatch, oracle: Oracle) -> None:
     """Every local engine loads ``oracle``; llama.cpp's perf counters read fixed figures."""
-    monkeypatch.setattr(sqlweave_lm, "_load_llama", lambda *a, **k: sqlweave_lm._Loaded(oracle))
+    monkeypatch.setattr(loading, "load_llama", lambda *a, **k: loading.Loaded(oracle))
     monkeypatch.setattr(llama_cpp, "llama_perf_context_reset", lambda ctx: None)
     monkeypatch.setattr(
         llama_cpp,

@@ -27,13 +27,13 @@ SIGNALS = {"sqlweave.optimizers.budget.BudgetExhausted"}
 
 
 def package_modules() -> list[str]:
+    """Every module of the package's folders, subpackages (``sqlweave.lm``) included."""
     names = []
     for package in PACKAGES:
         names.append(package)
         module = importlib.import_module(package)
-        for info in pkgutil.iter_modules(module.__path__, prefix=f"{package}."):
-            if not info.ispkg:
-                names.append(info.name)
+        for info in pkgutil.walk_packages(module.__path__, prefix=f"{package}."):
+            names.append(info.name)
     return sorted(set(names))
 
 
@@ -53,7 +53,7 @@ def test_the_walk_finds_the_known_exceptions() -> None:
         "sqlweave.data.DataError",
         "sqlweave.db.ExecutionError",
         "sqlweave.embeddings.EmbeddingError",
-        "sqlweave.lm.LMSpecError",
+        "sqlweave.lm.spec.LMSpecError",
         "sqlweave.metrics.GoldQueryError",
         "sqlweave.models.ModelError",
         "sqlweave.models.UnknownModelError",

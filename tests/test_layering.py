@@ -34,14 +34,25 @@ FORBIDDEN = {
 }
 
 
+def package_folder(package: str, package_dir: dict[str, str]) -> Path:
+    """The folder of ``package``: its own ``package-dir`` entry, else its parent's folder and
+    its last name (``sqlweave.lm`` is ``sqlweave/lm/``)."""
+    if package in package_dir:
+        return REPO / package_dir[package]
+    parent, _, last = package.rpartition(".")
+    return package_folder(parent, package_dir) / last
+
+
 def package_files() -> dict[str, Path]:
-    """Module name -> source file, from pyproject's ``package-dir`` (root folders map into the
-    package: ``sqlweave.programs`` is ``programs/``)."""
+    """Module name -> source file, for every package pyproject lists, found through its
+    ``package-dir`` (root folders map into the package: ``sqlweave.programs`` is ``programs/``;
+    a subpackage such as ``sqlweave.lm`` lives in its parent's folder)."""
     config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    package_dir = config["tool"]["setuptools"]["package-dir"]
+    setuptools = config["tool"]["setuptools"]
+    package_dir = setuptools["package-dir"]
     files = {}
-    for package, folder in package_dir.items():
-        for path in sorted((REPO / folder).glob("*.py")):
+    for package in setuptools["packages"]:
+        for path in sorted(package_folder(package, package_dir).glob("*.py")):
             name = package if path.stem == "__init__" else f"{package}.{path.stem}"
             files[name] = path
     return files
@@ -188,6 +199,9 @@ def test_the_graph_covers_every_layer() -> None:
     assert layers == {"core", "programs", "signatures", "optimizers", "gnn"}
     assert "sqlweave.db" in TOP["sqlweave.metrics"]
     assert "sqlweave.programs.base" in TOP["sqlweave.programs.pet"]
+    # a subpackage of the core is read module by module
+    assert "sqlweave.lm.batch" in TOP["sqlweave.lm.engine"]
+    assert "sqlweave.lm.engine" in TOP["sqlweave.lm"]
 
 
 def test_no_cycle_among_module_level_imports() -> None:

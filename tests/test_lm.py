@@ -24,6 +24,8 @@ from dspy.utils import DummyLM
 from sqlweave import lm as sqlweave_lm
 from sqlweave import models
 from sqlweave.lm import LlamaCppEngine, LMSpec, LMSpecError, build_lm, spec_of, track_usage
+from sqlweave.lm import engine as engine_module
+from sqlweave.lm.chat import sampling_options
 
 
 def _data_root() -> Path:
@@ -126,7 +128,7 @@ def test_request_mapping() -> None:
         {"role": "assistant", "content": "a1"},
         {"role": "user", "content": "q2"},
     ]
-    options = sqlweave_lm._sampling(request)
+    options = sampling_options(request)
     assert options == {
         "temperature": 0.7,
         "max_tokens": 5,
@@ -134,10 +136,7 @@ def test_request_mapping() -> None:
         "seed": 3,
         "response_format": {"type": "json_object", "schema": {"type": "object"}},
     }
-    assert (
-        sqlweave_lm._sampling(Request(model="m", messages=(Message.user("q"),)))["temperature"]
-        == 0.0
-    )
+    assert sampling_options(Request(model="m", messages=(Message.user("q"),)))["temperature"] == 0.0
 
 
 # --------------------------------------------------------------------------- fake llama: lock
@@ -178,7 +177,7 @@ def fake_engine(
     fake = FakeLlama()
     spec = stand_in_llama(monkeypatch, tmp_path, fake)
     monkeypatch.setattr(
-        sqlweave_lm,
+        engine_module,
         "_perf",
         lambda llama: {
             "prompt_eval_ms": 1.0,

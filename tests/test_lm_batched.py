@@ -24,14 +24,15 @@ from dspy.lm15 import Config, Message, Request
 from sqlweave import lm as sqlweave_lm
 from sqlweave.lm import (
     CallStats,
+    EarlyStop,
     LlamaCppEngine,
     LMSpecError,
     SampleBatch,
-    _Completion,
-    _SeqResult,
     batched_samples,
     build_lm,
 )
+from sqlweave.lm.decoding import llama_class
+from sqlweave.lm.sequences import Completion, SeqResult
 
 llama_cpp = pytest.importorskip("llama_cpp")  # the library only: no model is loaded here
 
@@ -159,7 +160,7 @@ class ToyBase:
         return b"".join(b";" if t == STOP else bytes([96 + t % 27]) for t in tokens)
 
 
-class ToyLlama(sqlweave_lm._llama_class(ToyBase)):  # type: ignore[misc]
+class ToyLlama(llama_class(ToyBase)):  # type: ignore[misc]
     """The engine's model class over the toy, with ``n_seq_max`` sequences."""
 
     def __init__(self, n_seq_max: int = 8, **kwargs: Any) -> None:
@@ -202,7 +203,7 @@ def complete(
     temp: float = 0.8,
     sample_temp: float | None = None,
     settle: Any = None,
-) -> tuple[_Completion, list[_SeqResult], CallStats]:
+) -> tuple[Completion, list[SeqResult], CallStats]:
     """One completion (sampled unless ``temp`` is 0) as the engine makes it: settings, a batch
     plan as ``create_completion`` fills it, then the completion read off ``generate`` as
     ``_create_completion`` reads it (``ask_more``: a reader that stops that much later)."""
@@ -213,7 +214,7 @@ def complete(
         if plan is not None:  # as create_completion fills it
             plan.stop, plan.max_tokens, plan.captured = list(stop), max_tokens, True
     llama._seed = seed
-    reader = _Completion(llama, prompt, [s.encode() for s in stop], max_tokens + ask_more)
+    reader = Completion(llama, prompt, [s.encode() for s in stop], max_tokens + ask_more)
     generator = llama.generate(prompt, temp=temp)
     for token in generator:
         if reader.push(int(token)):
@@ -222,14 +223,14 @@ def complete(
     return reader, llama.take_batch(), llama.call_stats
 
 
-def reference(prompt: list[int], seed: int, **options: Any) -> _Completion:
+def reference(prompt: list[int], seed: int, **options: Any) -> Completion:
     """The completion an ordinary call with this seed makes on a fresh model."""
     reader, extra, _ = complete(ToyLlama(), prompt, seed=seed, **options)
     assert not extra
     return reader
 
 
-def same(result: _SeqResult, expected: _Completion) -> bool:
+def same(result: SeqResult, expected: Completion) -> bool:
     return (result.tokens, result.text, result.finish_reason) == (
         expected.tokens,
         expected.text,
@@ -376,12 +377,12 @@ def test_a_prompt_without_room_for_every_first_token_is_not_batched() -> None:
 
 def test_completion_reader_matches_upstream_rules() -> None:
     llama = ToyLlama()
-    reader = _Completion(llama, PROMPT, [b";"], max_tokens=3)
+    reader = Completion(llama, PROMPT, [b";"], max_tokens=3)
     assert not reader.push(2) and not reader.push(3)
     assert reader.push(STOP) and reader.text == b"bc" and reader.finish_reason == "stop"
-    reader = _Completion(llama, PROMPT, [], max_tokens=2)
+    reader = Completion(llama, PROMPT, [], max_tokens=2)
     assert not reader.push(2) and reader.push(3) and reader.finish_reason == "length"
-    reader = _Completion(llama, PROMPT, [], max_tokens=5)
+    reader = Completion(llama, PROMPT, [], max_tokens=5)
     assert reader.push(EOS) and reader.tokens == [] and reader.finish_reason == "stop"
 
 
@@ -413,7 +414,7 @@ class BatchingLlama:
         self.sample_temperatures.append(sample_temperature)
         self.settles.append(settle)
 
-    def take_batch(self) -> list[_SeqResult]:
+    def take_batch(self) -> list[SeqResult]:
         k, self._k = self._k, 0
         kept = k - self.cancel if k else 0
         if k:
@@ -421,8 +422,7 @@ class BatchingLlama:
             self.call_stats.batch_tokens = 3 + 2 * (k - 1)
             self.call_stats.batch_cancelled = self.cancel
         return [
-            _SeqResult(j, [5, 6], f"SELECT {j}".encode(), "stop", 2, 2, 10.0)
-            for j in range(1, kept)
+            SeqResult(j, [5, 6], f"SELECT {j}".encode(), "stop", 2, 2, 10.0) for j in range(1, kept)
         ]
 
     def create_chat_completion(self, messages: list[dict[str, str]], **options: Any) -> Any:
@@ -945,21 +945,41 @@ def test_a_failing_settle_callback_is_ignored(caplog) -> None:
     assert "settle callback failed" in caplog.text
 
 
-def test_a_block_passes_its_settle_to_the_batch_as_answer_texts(fake) -> None:
+def test_a_block_passes_its_early_stop_to_the_batch_as_a_judge_of_candidates(fake) -> None:
     spec, llama = fake
     engine = LlamaCppEngine(spec)
-    asked: list[list[str | None]] = []
+    judged: list[list[str | None]] = []
+
+    def judge(candidates: Any) -> bool:
+        judged.append(list(candidates))
+        return len(candidates) > 3
+
+    # The reader is the caller's: the engine hands it each answer, never a candidate of its own.
+    early = EarlyStop(judge, candidate_of=lambda answer: f"<{answer}>")
     llama.cancel = 2  # the stand-in gives up two of its four sequences
-    with batched_samples(3, temperature=0.7, greedy=True, settle=asked.append) as batch:
+    with batched_samples(3, temperature=0.7, greedy=True, early_stop=early) as batch:
         engine.complete(_request(spec, temperature=0.0))
         assert batch is not None and llama.armed == [4]
         ask = llama.settles[0]
-        ask([b"SELECT 1", None, "é".encode()[:1], b" x"])  # bytes as the model holds them
-        assert asked == [["SELECT 1", None, "", " x"]]
+        # bytes as the model holds them; an unfinished UTF-8 character is dropped, as in answers
+        assert ask([b"SELECT 1", None, "é".encode()[:1], b" x"]) is True
+        assert judged == [["<SELECT 1>", None, "<>", "< x>"]]
+        assert ask([b"SELECT 1", None, None]) is False
         assert batch.cancelled == 2 and len(batch) == 1
     with batched_samples(3, temperature=0.7, greedy=True):
         engine.complete(_request(spec, temperature=0.0))
     assert llama.settles[-1] is None
+
+
+def test_a_prefilled_call_is_judged_on_what_it_answers_with() -> None:
+    from sqlweave.lm.engine import _settle_on
+
+    read: list[str] = []
+    early = EarlyStop(lambda c: None, candidate_of=lambda answer: read.append(answer) or answer)
+    settle = _settle_on(early, "SELECT")
+    assert settle is not None and settle([b" 1", None, b" name FROM t"]) is False  # None: decode on
+    assert read == ["SELECT 1", "SELECT name FROM t"]
+    assert _settle_on(None, "SELECT") is None
 
 
 @pytest.mark.lm
@@ -973,7 +993,8 @@ def test_small_model_a_settled_batch_keeps_the_samples_it_finished(demo_concert_
 
     def run(settle: Any) -> tuple[Any, list[Any], Any]:
         _fresh(engine)
-        with batched_samples(7, temperature=1.0, greedy=True, settle=settle) as batch:
+        early = None if settle is None else EarlyStop(settle, candidate_of=lambda answer: answer)
+        with batched_samples(7, temperature=1.0, greedy=True, early_stop=early) as batch:
             greedy = engine.complete(_sql_request(engine.spec, schema, OTHER, seed=11))
             assert batch is not None
             stashed = len(batch)

@@ -31,6 +31,7 @@ from sqlweave.lm import (
     common_prefix,
     default_prompt_lookup,
 )
+from sqlweave.lm.decoding import DecodingLlama, llama_class
 
 llama_cpp = pytest.importorskip("llama_cpp")  # the library only: no model is loaded here
 
@@ -127,7 +128,7 @@ class ToyLlamaBase:
         return toy_next(self._ctx.kv[idx])
 
 
-class ToyLlama(sqlweave_lm._llama_class(ToyLlamaBase)):  # type: ignore[misc]
+class ToyLlama(llama_class(ToyLlamaBase)):  # type: ignore[misc]
     """The engine's model class over the toy base; its state is the toy KV cache."""
 
     def _save_state(self) -> tuple[Any, int] | None:
@@ -421,7 +422,7 @@ def test_loaded_model_is_the_decoding_class(monkeypatch, tmp_path: Path) -> None
 
     spec = fake_llama_cpp(monkeypatch, tmp_path, Llama)
     llama = LlamaCppEngine(spec, n_ctx=512)._loaded().llama
-    assert isinstance(llama, Llama) and isinstance(llama, sqlweave_lm._DecodingLlama)
+    assert isinstance(llama, Llama) and isinstance(llama, DecodingLlama)
     assert llama.kwargs["n_ctx"] == 512 and len(llama.prompt_states) == 0
 
 

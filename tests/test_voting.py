@@ -217,8 +217,9 @@ def test_programs_settle_only_samples_that_go_to_the_plain_vote() -> None:
 
 
 def _capture_batch_settle(monkeypatch, answers_at_start):
-    """Replace the sampler's batch block: record its ``settle`` and what it says, at the block's
-    start (no candidate yet), for each list of batch answers in ``answers_at_start``."""
+    """Replace the sampler's batch block: record its ``early_stop`` and what it says, at the
+    block's start (no candidate yet), for each list of batch answers in ``answers_at_start``
+    (read as candidates by the early stop's reader, then judged)."""
     from contextlib import contextmanager
 
     from sqlweave.programs import voting
@@ -226,9 +227,9 @@ def _capture_batch_settle(monkeypatch, answers_at_start):
     seen: dict = {}
 
     @contextmanager
-    def block(k, *, temperature=None, greedy=False, settle=None):
-        seen["settle"] = settle
-        seen["verdicts"] = [settle(a) for a in answers_at_start] if settle else []
+    def block(k, *, temperature=None, greedy=False, early_stop=None):
+        seen["early_stop"] = early_stop
+        seen["verdicts"] = [early_stop.settled(a) for a in answers_at_start] if early_stop else []
         yield None
 
     monkeypatch.setattr(voting, "batched_samples", block)
@@ -270,7 +271,7 @@ def test_the_engine_judges_a_batch_only_when_its_texts_are_the_candidates(db, mo
         candidates = Sampler(dspy.Predict(GenerateSQL), n=3, temperature=0.8, settle=True)(
             db=db, **inputs
         )
-    assert seen["settle"] is None and candidates == [N_SINGERS, N_SINGERS]
+    assert seen["early_stop"] is None and candidates == [N_SINGERS, N_SINGERS]
 
 
 def test_the_vote_reuses_the_outcomes_a_settling_sampler_had(db, monkeypatch) -> None:
@@ -288,3 +289,86 @@ def test_the_vote_reuses_the_outcomes_a_settling_sampler_had(db, monkeypatch) ->
     picked = VoteSelector()(candidates=candidates, db=db)
     assert picked.sql == N_SINGERS and ran == []
     assert VoteSelector()(candidates=list(candidates), db=db).sql == N_SINGERS and len(ran) == 3
+
+
+def test_candidates_are_a_read_only_sequence_that_carries_the_tally_outcomes(db) -> None:
+    from sqlweave.programs.voting import Candidates
+
+    tally = VoteTally(db)
+    tally.settled([N_SINGERS, BROKEN], 1)
+    candidates = Candidates([N_SINGERS, BROKEN], tally.outcomes)
+    assert candidates == [N_SINGERS, BROKEN] and [N_SINGERS, BROKEN] == candidates
+    assert candidates != [N_SINGERS] and len(candidates) == 2 and candidates[-1] == BROKEN
+    assert set(candidates.outcomes) == {N_SINGERS, BROKEN}
+    assert Candidates([N_SINGERS]).outcomes == {}
+    with pytest.raises(TypeError):
+        hash(candidates)
+    # what a plain sampler returns: the same type, with nothing executed
+    from sqlweave.signatures import GenerateSQL
+
+    lm = DummyLM([{"sql": N_SINGERS}] * 2)
+    inputs = {"dialect": "sqlite", "db_schema": "...", "question": "q", "evidence": ""}
+    with dspy.context(lm=lm):
+        drawn = Sampler(dspy.Predict(GenerateSQL), n=2, temperature=0.8)(db=db, **inputs)
+    assert isinstance(drawn, Candidates) and drawn.outcomes == {}
+
+
+def test_a_generator_reads_its_candidate_from_an_answer_only_under_a_text_adapter() -> None:
+    from sqlweave.programs.base import Generator
+    from sqlweave.signatures import GenerateSQL
+
+    read = Generator(GenerateSQL).candidate_reader()
+    assert read is not None
+    assert read("SELECT count(*) FROM singer;\nThis counts the singers.") == N_SINGERS
+    assert read("no query here") == ""
+    # DSPy's ChatAdapter parses field markers and may ask again in JSON: the text alone does not
+    # say what the call returns, so the generator offers no reader.
+    with dspy.context(adapter=dspy.ChatAdapter()):
+        assert Generator(GenerateSQL).candidate_reader() is None
+
+
+def test_the_sampler_hands_the_engine_its_generators_reader(db, monkeypatch) -> None:
+    from sqlweave.programs.base import Generator
+    from sqlweave.signatures import GenerateSQL
+
+    answers = [
+        "SELECT count(*) FROM singer; -- six",
+        "SELECT count(*) FROM singer\nThis counts them.",
+        f"{N_SINGERS_2};",
+    ]
+    seen = _capture_batch_settle(monkeypatch, [answers, [answers[0], None, None]])
+    lm = DummyLM([{"sql": N_SINGERS}] * 3)
+    inputs = {"dialect": "sqlite", "db_schema": "...", "question": "q", "evidence": ""}
+    with dspy.context(lm=lm):
+        Sampler(Generator(GenerateSQL), n=3, temperature=0.8, settle=True)(db=db, **inputs)
+    assert seen["early_stop"].candidate_of(answers[0]) == N_SINGERS
+    # the engine's question at the block's start: answers read as candidates, then judged
+    assert seen["verdicts"] == [True, False]
+
+
+def test_pet_draws_its_finsqls_and_samples_through_the_sampler(db, monkeypatch) -> None:
+    from contextlib import contextmanager
+
+    from sqlweave.programs import voting
+    from sqlweave.programs.pet import PETSQL
+
+    blocks: list[tuple] = []
+    real = voting.batched_samples
+
+    @contextmanager
+    def block(k, *, temperature=None, greedy=False, early_stop=None):
+        blocks.append((k, temperature, greedy, early_stop))
+        with real(k, temperature=temperature, greedy=greedy, early_stop=early_stop) as batch:
+            yield batch
+
+    monkeypatch.setattr(voting, "batched_samples", block)
+    answers = [N_SINGERS, N_STADIUMS, N_SINGERS_2, BROKEN]  # PreSQL, FinSQL, two samples
+    lm = DummyLM([{"sql": sql} for sql in answers])
+    rollouts = spy_rollouts(lm)
+    with dspy.context(lm=lm):
+        pred = PETSQL(num_demos=0)(question="How many singers are there?", db=db)
+    # one block, opened by the Sampler: FinSQL's greedy call hosting its two samples
+    assert blocks == [(2, 0.5, True, None)]
+    assert rollouts == [(1, 0.5), (2, 0.5)]
+    assert pred.sources == ["finsql[0]", "sample[1]", "sample[2]", "presql"]
+    assert pred.candidates == [N_STADIUMS, N_SINGERS_2, BROKEN, N_SINGERS]

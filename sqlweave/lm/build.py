@@ -1,0 +1,92 @@
+"""Building LMs from specs: the local engine for ``local:``/``gguf:`` specs, ``dspy.LM`` for the
+rest, and making one DSPy's default."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import dspy
+
+from sqlweave.lm.engine import AsyncLlamaCppEngine, LlamaCppEngine
+from sqlweave.lm.spec import DEFAULT_MODEL, LMSpec
+
+logger = logging.getLogger(__name__)
+
+_ENGINE_OPTIONS = (
+    "n_ctx",
+    "n_batch",
+    "n_threads",
+    "ram_cache_bytes",
+    "prompt_lookup",
+    "prompt_cache_bytes",
+    "n_seq_max",
+    "cache_dir",
+    "auto_fetch",
+)
+
+
+def build_lm(
+    spec: str = DEFAULT_MODEL,
+    *,
+    temperature: float | None = 0.0,
+    max_tokens: int | None = 1024,
+    cache: bool = True,
+    prefetch: bool = True,
+    **options: Any,
+) -> dspy.LM:
+    """A ``dspy.LM`` for ``spec`` without touching DSPy's global configuration.
+
+    Local specs accept the engine options ``n_ctx``, ``n_batch``, ``n_threads``,
+    ``ram_cache_bytes``, ``prompt_lookup`` (draft tokens of prompt-lookup decoding, default
+    ``$SQLWEAVE_PROMPT_LOOKUP`` else off), ``prompt_cache_bytes`` (KV snapshots of sampled
+    prompts; 0 = none), ``n_seq_max`` (samples decoded together inside
+    :func:`batched_samples`; 1 = one at a time), ``cache_dir`` and ``auto_fetch``; with ``prefetch`` the weights are
+    resolved (and fetched) now, so a missing model fails here with a clear message instead of
+    inside the first call. Other specs pass ``options`` (``api_base``, ``api_key``, ...) to
+    ``dspy.LM``. ``temperature=0`` keeps calls deterministic, which is what makes DSPy's
+    response cache (on by default) safe to reuse.
+    """
+    parsed = LMSpec.parse(spec)
+    if not parsed.is_local:
+        # A self-hosted OpenAI-compatible server (vLLM, llama.cpp) usually needs no key, but
+        # LiteLLM refuses to call one without: every question would be a recorded failure.
+        if (
+            str(parsed).startswith("openai/")
+            and options.get("api_base")
+            and "api_key" not in options
+            and not os.environ.get("OPENAI_API_KEY")
+        ):
+            options["api_key"] = "sk-no-key"
+        return dspy.LM(
+            str(parsed), temperature=temperature, max_tokens=max_tokens, cache=cache, **options
+        )
+    engine_options = {key: options.pop(key) for key in _ENGINE_OPTIONS if key in options}
+    if "cache_dir" in engine_options and engine_options["cache_dir"] is not None:
+        engine_options["cache_dir"] = str(engine_options["cache_dir"])
+    unknown = set(options) - {"num_retries", "callbacks", "top_p", "top_k", "seed", "stop"}
+    if unknown:
+        raise TypeError(f"unsupported options for a local model: {sorted(unknown)}")
+    options.setdefault("num_retries", 0)  # local failures are not transient
+    engine = LlamaCppEngine(str(parsed), **engine_options)
+    if prefetch:
+        engine.model_path()
+    return dspy.LM(
+        str(parsed),
+        temperature=temperature,
+        max_tokens=max_tokens,
+        cache=cache,
+        engine=engine,
+        async_engine=AsyncLlamaCppEngine(engine),
+        **options,
+    )
+
+
+def configure(model: str = DEFAULT_MODEL, *, set_default: bool = True, **options: Any) -> dspy.LM:
+    """Build the LM for ``model`` and, unless ``set_default=False``, make it DSPy's default LM."""
+    lm = build_lm(model, **options)
+    if set_default:
+        dspy.configure(lm=lm)
+    logger.info("configured LM %s", model)
+    return lm
