@@ -117,26 +117,11 @@ class DirectSQL(SQLProgram):
         candidates = self.sampler(db=db, **inputs)
         ran.record("generator")
         sql = candidates[0]
+        ask = {"db": db, "question": question, "evidence": evidence, "db_schema": schema_text}
         if self.samples > 1:
             ran.record("sampler")
-            sql = ran(
-                "selector",
-                self.selector,
-                candidates=candidates,
-                db=db,
-                question=question,
-                evidence=evidence,
-                db_schema=schema_text,
-            ).sql
-        fixed = ran(
-            "corrector",
-            self.corrector,
-            sql=sql,
-            db=db,
-            question=question,
-            evidence=evidence,
-            db_schema=schema_text,
-        )
+            sql = ran("selector", self.selector, candidates=candidates, **ask).sql
+        fixed = ran("corrector", self.corrector, sql=sql, **ask)
         return stage_registry.result(
             fixed.sql,
             stages=ran,

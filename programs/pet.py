@@ -367,32 +367,17 @@ class PETSQL(SQLProgram):
         finsql = candidates[sources.index("finsql[0]")] if "finsql[0]" in sources else ""
 
         picked = None
+        ask = {"db": db, "question": question, "evidence": evidence, "db_schema": fin_text}
         if self.consistency == "none":
             # An empty FinSQL (unparsable output) falls back to PreSQL rather than to nothing.
             sql = finsql or presql
         else:
-            picked = ran(
-                "selector",
-                self.selector,
-                candidates=candidates,
-                db=db,
-                question=question,
-                evidence=evidence,
-                db_schema=fin_text,
-            )
+            picked = ran("selector", self.selector, candidates=candidates, **ask)
             sql = picked.sql
 
         history: list[Any] = []
         if sql:
-            fixed = ran(
-                "corrector",
-                self.corrector,
-                sql=sql,
-                db=db,
-                question=question,
-                evidence=evidence,
-                db_schema=fin_text,
-            )
+            fixed = ran("corrector", self.corrector, sql=sql, **ask)
             history, sql = list(fixed.history), fixed.sql
 
         result = getattr(picked, "vote", None)

@@ -365,31 +365,16 @@ class RSLSQL(SQLProgram):
         candidates = [sql1, sql2] if self.augmentation else [sql1]
 
         # Step 3: selection between the full-schema and the simplified-schema answers.
+        ask = {"db": db, "question": question, "evidence": evidence, "db_schema": simple_text}
         sql3, choice = candidates[-1], None
         if self.selector is not None:
-            picked = ran(
-                "selector",
-                self.selector,
-                candidates=candidates,
-                db=db,
-                question=question,
-                evidence=evidence,
-                db_schema=simple_text,
-            )
+            picked = ran("selector", self.selector, candidates=candidates, **ask)
             sql3, choice = picked.sql, picked.choice
 
         # Step 4: self-correction (multi-turn, on error or empty result, by default).
         final, rounds, history = sql3, 0, []
         if self.corrector is not None:
-            fixed = ran(
-                "corrector",
-                self.corrector,
-                sql=sql3,
-                db=db,
-                question=question,
-                evidence=evidence,
-                db_schema=simple_text,
-            )
+            fixed = ran("corrector", self.corrector, sql=sql3, **ask)
             final, rounds, history = fixed.sql, fixed.rounds, fixed.history
 
         return stage_registry.result(

@@ -193,17 +193,9 @@ class WeaveSQL(SQLProgram):
         if self.rules is not None:
             candidates = [self.rules(sql=c, db=db, question=question).sql for c in candidates]
             ran.record("corrector", self.rules)
+        ask = {"db": db, "question": question, "evidence": evidence, "db_schema": schema}
         if self.samples > 1:
-            picked = ran(
-                "selector",
-                self.selector,
-                candidates=candidates,
-                db=db,
-                question=question,
-                evidence=evidence,
-                db_schema=schema,
-            )
-            sql = picked.sql
+            sql = ran("selector", self.selector, candidates=candidates, **ask).sql
         else:
             sql = candidates[0]
         if not sql:
@@ -211,15 +203,7 @@ class WeaveSQL(SQLProgram):
 
         history: list[dict[str, Any]] = []
         if self.repair_rounds > 0 and sql:
-            fixed = ran(
-                "corrector",
-                self.corrector,
-                sql=sql,
-                db=db,
-                question=question,
-                evidence=evidence,
-                db_schema=schema,
-            )
+            fixed = ran("corrector", self.corrector, sql=sql, **ask)
             history = list(fixed.history)
             sql = fixed.sql
 
