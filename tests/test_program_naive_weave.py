@@ -106,7 +106,12 @@ def test_weave_candidate_rules_mend_candidates_before_the_vote(db: Database) -> 
     with dspy.context(lm=DummyLM(list(answers))):
         after = mending(question="Names of singers in concerts?", db=db)
     assert after.candidates[0] == after.candidates[1] != wrong
-    assert "T1.Name" in after.sql and after.stages == ["generator", "sampler", "corrector", "selector"]
+    assert "T1.Name" in after.sql and after.stages == [
+        "generator",
+        "sampler",
+        "corrector",
+        "selector",
+    ]
     assert db.execute(after.sql).rows  # it runs
 
 
