@@ -23,10 +23,10 @@ the question and BIRD's evidence. Then:
 Per question: 4 calls (+1 selection when the two answers differ, + 0..N corrections).
 
 The steps are the stages of :mod:`sqlweave.programs.stages`, each replaceable by registry name or
-instance: ``linker`` (default ``bidirectional``; a linker with a forward part, i.e. a
-:class:`~sqlweave.programs.linking.BidirectionalLinker` with ``use_forward`` or a
-:class:`~sqlweave.programs.linking.ForwardLinker`, also gives ``SQL1`` its hints; any other linker
-reads ``SQL1`` as its draft), ``selector`` (default ``lm``: the binary selection; ``vote`` or
+instance: ``linker`` (default ``bidirectional``; a linker that declares ``links_forward``, such
+as ``bidirectional`` with ``use_forward`` or ``forward``, also gives ``SQL1`` its hints, and one
+that declares ``links_backward``, every linker but ``forward``, reads ``SQL1`` as its draft:
+:data:`sqlweave.programs.stages.CAPABILITIES`), ``selector`` (default ``lm``: the binary selection; ``vote`` or
 ``first`` choose between the same two candidates) and ``corrector`` (default ``execution``: the
 multi-turn loop). Value-sampled schemas live in :data:`sqlweave.caches.CACHE`, the demo pool and
 its retriever in a :class:`~sqlweave.programs.demos.DemoSource`.

@@ -52,8 +52,8 @@ implementation is one class and one :func:`register` call.
 ``sql`` (the answer), ``stages`` (the stages that ran, in order, one :data:`LABELS` entry per
 role, the same words in every program; recorded by a :class:`Ran` as the stages are called),
 ``candidates`` (the SQL the selection chose among; ``[sql]`` without one), ``linked``
-(``table.column`` names kept by linking, ``[]`` without), ``demos`` (questions of the examples shown) and ``history`` (the
-correction attempts). LM calls and tokens are never counted by hand: they come from
+(``table.column`` names kept by linking, ``[]`` without), ``demos`` (questions of the examples
+shown) and ``history`` (the correction attempts). LM calls and tokens are never counted by hand: they come from
 :func:`sqlweave.lm.track_usage`.
 """
 
