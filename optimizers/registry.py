@@ -23,7 +23,6 @@ does not silently do nothing. Budget and checkpoint are not options but wrappers
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
 from typing import TYPE_CHECKING, Any
@@ -33,21 +32,12 @@ import dspy
 from sqlweave.errors import SqlweaveError
 from sqlweave.optimizers.base import SQLTeleprompter, Wrapper, compile_with
 from sqlweave.optimizers.budget import BudgetExhausted
+from sqlweave.registry import Registry
 
 if TYPE_CHECKING:
     from sqlweave.programs import SQLProgram
 
 logger = logging.getLogger(__name__)
-
-_REGISTRY: dict[str, str | type[SQLTeleprompter]] = {
-    "labeled": "sqlweave.optimizers.teleprompters:Labeled",
-    "bootstrap": "sqlweave.optimizers.teleprompters:Bootstrap",
-    "random_search": "sqlweave.optimizers.teleprompters:RandomSearch",
-    "knn": "sqlweave.optimizers.teleprompters:KNNDemos",
-    "mipro": "sqlweave.optimizers.teleprompters:MIPRO",
-    "gepa": "sqlweave.optimizers.teleprompters:GEPA",
-    "search": "sqlweave.optimizers.search:SwitchSearch",
-}
 
 #: Options that every compile passes along (:func:`sqlweave.optimizers.compile.run_optimizer`);
 #: an optimizer that takes one of them gets it, the others ignore it.
@@ -65,32 +55,36 @@ class UnknownOptimizerError(SqlweaveError, ValueError):
         self.name = name
 
 
+#: name -> ``module:Class`` (imported on first use) or a class given to :func:`register`.
+_REGISTRY = Registry(
+    "optimizer",
+    {
+        "labeled": "sqlweave.optimizers.teleprompters:Labeled",
+        "bootstrap": "sqlweave.optimizers.teleprompters:Bootstrap",
+        "random_search": "sqlweave.optimizers.teleprompters:RandomSearch",
+        "knn": "sqlweave.optimizers.teleprompters:KNNDemos",
+        "mipro": "sqlweave.optimizers.teleprompters:MIPRO",
+        "gepa": "sqlweave.optimizers.teleprompters:GEPA",
+        "search": "sqlweave.optimizers.search:SwitchSearch",
+    },
+    base=SQLTeleprompter,
+    unknown=UnknownOptimizerError,
+)
+
+
 def available() -> list[str]:
     """The registered optimizer names."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def register(name: str, cls: type[SQLTeleprompter], *, replace: bool = False) -> None:
     """Register ``cls`` under ``name`` (``replace=True`` to overwrite an existing entry)."""
-    if not name or "+" in name or not name.replace("_", "").isalnum():
-        raise ValueError(f"an optimizer name is letters, digits and '_', not {name!r}")
-    if not (isinstance(cls, type) and issubclass(cls, SQLTeleprompter)):
-        raise TypeError(f"{cls!r} is not a SQLTeleprompter subclass")
-    if name in _REGISTRY and not replace:
-        raise ValueError(f"optimizer {name!r} is already registered (pass replace=True)")
-    _REGISTRY[name] = cls
+    _REGISTRY.register(name, cls, replace=replace)
 
 
 def optimizer_class(name: str) -> type[SQLTeleprompter]:
     """The class registered as ``name``."""
-    try:
-        target = _REGISTRY[name]
-    except KeyError:
-        raise UnknownOptimizerError(name) from None
-    if isinstance(target, str):
-        module_name, cls_name = target.split(":")
-        return getattr(importlib.import_module(module_name), cls_name)
-    return target
+    return _REGISTRY.load(name)
 
 
 def stage_names(spec: str) -> list[str]:

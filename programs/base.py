@@ -7,10 +7,12 @@ SQLAlchemy URL or an open :class:`~sqlweave.db.Database`.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import dspy
 
@@ -36,15 +38,58 @@ def resolve_database(
 class SQLProgram(dspy.Module):
     """Base class of the text-to-SQL programs. Subclasses implement :meth:`answer`.
 
-    ``switches`` records the constructor arguments so a compiled program can be rebuilt from its
-    saved artefact.
+    **Switches are declared once**, as the constructor's parameters (with their type hints and
+    defaults, which the CLI and the switch search read). Every subclass's ``__init__`` is wrapped
+    so that, before its body runs, each switch is bound (defaults applied), stored as an attribute
+    of the same name and recorded in ``switches``, from which a compiled program is rebuilt
+    (:func:`sqlweave.optimizers.load_program`). The body only validates, builds the stages and
+    overrides what it derives (``self.x = ...``, or ``self.switches["x"] = ...`` to save a
+    normalised value). The stage roles (``linker``, ``selector``, ``corrector``) are recorded by
+    registry name (None for an unregistered stage instance, which cannot be saved) and left for
+    the body to build; the parameters in :attr:`INJECTED` are data and tools, not switches: they
+    are neither recorded nor set.
     """
 
     name: str = "program"
+    #: Constructor parameters that are not switches (a train pool, an encoder, a retriever
+    #: object): passed again by the caller after loading, never saved.
+    INJECTED: ClassVar[frozenset[str]] = frozenset({"pool", "encoder", "retriever"})
+    #: The switches this program was built with (see the class docstring).
+    switches: dict[str, Any]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "records_switches", False):
+            cls.__init__ = _recording(init)  # type: ignore[method-assign]
 
     def __init__(self, **switches: Any) -> None:
         super().__init__()
-        self.switches = dict(switches)
+        if switches:  # a subclass that names its switches itself (the older style)
+            self.switches = {**self.__dict__.get("switches", {}), **switches}
+        else:
+            self.__dict__.setdefault("switches", {})
+
+    def _record_switches(self, signature: inspect.Signature, arguments: dict[str, Any]) -> None:
+        """Store the bound constructor ``arguments`` as switches and attributes (class doc)."""
+        from sqlweave.programs import stages as stage_registry
+
+        recorded: dict[str, Any] = {}
+        for name, param in list(signature.parameters.items())[1:]:  # [0] is self
+            if name in self.INJECTED or param.kind is param.VAR_POSITIONAL:
+                continue
+            value = arguments[name]
+            if param.kind is param.VAR_KEYWORD:
+                recorded.update(value)
+            elif name in stage_registry.ROLES:
+                recorded[name] = stage_registry.name_of(name, value)
+            else:
+                recorded[name] = value
+        for name, value in recorded.items():
+            if name not in stage_registry.ROLES and not _is_defined_by_class(type(self), name):
+                setattr(self, name, value)
+        # A subclass's own __init__ ran its wrapper first (the outermost call): keep its values.
+        self.switches = {**recorded, **self.__dict__.get("switches", {})}
 
     def forward(
         self,
@@ -65,6 +110,29 @@ class SQLProgram(dspy.Module):
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         raise NotImplementedError
+
+
+def _recording(init: Any) -> Any:
+    """``init`` wrapped to record the switches it is called with (:class:`SQLProgram`); the
+    wrapper keeps ``init``'s signature and hints (``functools.wraps``: ``inspect.signature`` and
+    ``typing.get_type_hints`` read through ``__wrapped__``)."""
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def __init__(self: SQLProgram, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        self._record_switches(signature, bound.arguments)
+        init(self, *args, **kwargs)
+
+    __init__.records_switches = True  # type: ignore[attr-defined]
+    return __init__
+
+
+def _is_defined_by_class(cls: type, name: str) -> bool:
+    """Whether ``name`` is a method or property of ``cls``, which a switch must not shadow."""
+    attr = inspect.getattr_static(cls, name, None)
+    return callable(attr) or isinstance(attr, property | staticmethod | classmethod)
 
 
 def predict_sql(predictor: dspy.Predict, *, field: str = "sql", **inputs: Any) -> tuple[str, str]:

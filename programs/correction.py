@@ -152,6 +152,8 @@ class CorrectionLoop(dspy.Module):
 class NoCorrector(dspy.Module):
     """The ``none`` corrector: the SQL is returned unchanged, unexecuted."""
 
+    is_noop = True
+
     def forward(self, sql: str, **_: Any) -> dspy.Prediction:
         return dspy.Prediction(sql=sql, rounds=0, history=[], result=None)
 

@@ -66,6 +66,12 @@ class DemoSource:
         """Whether :meth:`retrieve` can return anything."""
         return self.k > 0 and self.strategy != "none"
 
+    @property
+    def is_noop(self) -> bool:
+        """The stage capability (:data:`sqlweave.programs.stages.CAPABILITIES`): a source that
+        retrieves nothing did not run."""
+        return not self.active
+
     def pool(self) -> list[Any]:
         """The pool demos come from (the default train pool is loaded on first use)."""
         if self._pool is not None:

@@ -18,8 +18,8 @@ from sqlweave.adapter import check_layout
 from sqlweave.db import Database
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
-from sqlweave.programs.naive import prompt_schema
 from sqlweave.programs.voting import Sampler, settle_for
+from sqlweave.schema import prompt_schema
 from sqlweave.signatures import GenerateSQL
 
 
@@ -82,17 +82,8 @@ class DirectSQL(SQLProgram):
         check_layout(prompt_layout, "prompt_layout")
         if not isinstance(samples, int) or samples < 1:
             raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
-        super().__init__(
-            schema_layout=schema_layout,
-            prompt_layout=prompt_layout,
-            prefill=bool(prefill),
-            samples=samples,
-            temperature=temperature,
-            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
-        )
-        self.schema_layout = schema_layout
-        self.samples = samples
-        self.prompt_layout = prompt_layout
+        super().__init__()
+        self.switches["prefill"] = self.prefill = bool(prefill)
         self.generate = Generator(GenerateSQL, layout=prompt_layout, prefill=bool(prefill))
         self.linker = stage_registry.build("linker", linker)
         self.selector = stage_registry.build("selector", selector)
@@ -110,15 +101,13 @@ class DirectSQL(SQLProgram):
         return prompt_schema(db, self.schema_layout, tables)
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
-        stages: list[str] = []
+        ran = stage_registry.Ran()
         schema_text = self.schema_text(db)
         linked = stage_registry.link(
-            self.linker, question=question, db=db, db_schema=schema_text, evidence=evidence
+            self.linker, question=question, db=db, db_schema=schema_text, evidence=evidence, ran=ran
         )
-        if linked is not None:
-            stages.append("linking")
-            if linked:
-                schema_text = self.schema_text(db, linked.all_tables)
+        if linked:
+            schema_text = self.schema_text(db, linked.all_tables)
         inputs = {
             "dialect": db.dialect,
             "db_schema": schema_text,
@@ -126,25 +115,16 @@ class DirectSQL(SQLProgram):
             "evidence": evidence,
         }
         candidates = self.sampler(db=db, **inputs)
-        stages.append("generate")
+        ran.record("generator")
         sql = candidates[0]
+        ask = {"db": db, "question": question, "evidence": evidence, "db_schema": schema_text}
         if self.samples > 1:
-            sql = self.selector(
-                candidates=candidates,
-                db=db,
-                question=question,
-                evidence=evidence,
-                db_schema=schema_text,
-            ).sql
-            stages.append("select")
-        fixed = self.corrector(
-            sql=sql, db=db, question=question, evidence=evidence, db_schema=schema_text
-        )
-        if fixed.sql != sql or fixed.rounds:
-            stages.append("correct")
+            ran.record("sampler")
+            sql = ran("selector", self.selector, candidates=candidates, **ask).sql
+        fixed = ran("corrector", self.corrector, sql=sql, **ask)
         return stage_registry.result(
             fixed.sql,
-            stages=stages,
+            stages=ran,
             candidates=candidates,
             linked=linked,
             history=fixed.history,

@@ -66,9 +66,6 @@ def _link_key(linked: LinkedSchema | None) -> Hashable:
 class _Dubo(SQLProgram):
     """What both versions share: the role stages and generate → correct → select."""
 
-    #: The stage name of the correction slot (the paper's word for it in each version).
-    correction_stage = "correction"
-
     def _build_stages(
         self,
         linker: str | dspy.Module,
@@ -93,42 +90,34 @@ class _Dubo(SQLProgram):
             )
         self.selector = stage_registry.build("selector", selector)
 
-    def _link(self, schema_text: str, stages: list[str], **ask: Any) -> LinkedSchema | None:
-        """The linker's link before generation (no draft yet: ``sql=""``); None for ``none``."""
-        linked = stage_registry.link(self.linker, **ask, db_schema=schema_text)
-        if linked is not None:
-            stages.append("linking")
-        return linked
-
     def _correct(
-        self, draft: str, schema_text: str, stages: list[str], **ask: Any
+        self, draft: str, schema_text: str, ran: stage_registry.Ran, **ask: Any
     ) -> tuple[str, int, list[dict[str, Any]]]:
         """``(sql, rounds, history)`` from the corrector, or the draft when it is off."""
         corrector = getattr(self, "corrector", None)
-        if corrector is None or stage_registry.name_of("corrector", corrector) == "none":
+        if corrector is None:
             return draft, 0, []
-        fixed = corrector(sql=draft, db_schema=schema_text, **ask)
-        stages.append(self.correction_stage)
+        fixed = ran("corrector", corrector, sql=draft, db_schema=schema_text, **ask)
         return fixed.sql, fixed.rounds, list(fixed.history)
 
-    def _extra(self, stages: list[str], db: Database, **inputs: Any) -> list[str]:
+    def _extra(self, ran: stage_registry.Ran, db: Database, **inputs: Any) -> list[str]:
         """``samples - 1`` sampled queries for the selector besides the greedy draft (none with
         the default ``samples=1``); they are not corrected: the vote skips those that fail."""
         if self.samples < 2:
             return []
-        stages.append("samples")
+        ran.record("sampler")
         return self.sampler(db=db, **inputs)
 
     def _select(
-        self, written: list[str], schema_text: str, stages: list[str], **ask: Any
+        self, written: list[str], schema_text: str, ran: stage_registry.Ran, **ask: Any
     ) -> tuple[str, list[str] | None]:
-        """The selector's choice among the queries written (latest first), when it is not
-        ``first`` and they differ; returns ``(sql, candidates or None)``."""
+        """The selector's choice among the queries written (latest first), when it looks at
+        them (not ``picks_first``) and they differ; returns ``(sql, candidates or None)``."""
         distinct = list(dict.fromkeys(q for q in written if q))
-        if stage_registry.name_of("selector", self.selector) == "first" or len(distinct) < 2:
+        if stage_registry.declares(self.selector, "picks_first") or len(distinct) < 2:
             return written[0], None
-        stages.append("selection")
-        return self.selector(candidates=distinct, db_schema=schema_text, **ask).sql, distinct
+        picked = ran("selector", self.selector, candidates=distinct, db_schema=schema_text, **ask)
+        return picked.sql, distinct
 
 
 # --- v1 -------------------------------------------------------------------------------------------
@@ -162,7 +151,6 @@ class DuboV1(_Dubo):
     """
 
     name = "dubo_v1"
-    correction_stage = "retry"
 
     ABLATIONS: ClassVar[dict[str, dict[str, Any]]] = {
         "full": {},
@@ -185,19 +173,7 @@ class DuboV1(_Dubo):
             raise ValueError("sample_rows must be >= 0")
         if max_schema_tokens < 0:
             raise ValueError("max_schema_tokens must be >= 0 (0 = no limit)")
-        super().__init__(
-            sample_rows=sample_rows,
-            retry_on_error=retry_on_error,
-            max_schema_tokens=max_schema_tokens,
-            descriptions=descriptions,
-            samples=samples,
-            temperature=temperature,
-            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
-        )
-        self.sample_rows = sample_rows
-        self.retry_on_error = retry_on_error
-        self.max_schema_tokens = max_schema_tokens
-        self.descriptions = descriptions
+        super().__init__()
         retry = {"max_rounds": 1, "multi_turn": True} if retry_on_error else None
         self._build_stages(linker, selector, corrector, retry, samples, temperature)
 
@@ -248,9 +224,9 @@ class DuboV1(_Dubo):
         ``schema``, ``sample_rows`` (rows shown per table) and ``correction_rounds``.
         """
         ask = {"db": db, "question": question, "evidence": evidence}
-        stages: list[str] = []
+        ran = stage_registry.Ran()
         schema_text, rows = self.schema_text(db)
-        linked = self._link(schema_text, stages, **ask)
+        linked = stage_registry.link(self.linker, **ask, db_schema=schema_text, ran=ran)
         if linked:
             schema_text, rows = self.schema_text(db, linked)
 
@@ -260,15 +236,14 @@ class DuboV1(_Dubo):
             "question": question,
             "evidence": evidence,
         }
-        draft = self.generate(**inputs)
-        stages.append("generate")
-        extra = self._extra(stages, db, **inputs)
-        sql, rounds, history = self._correct(draft.sql, schema_text, stages, **ask)
-        sql, candidates = self._select([sql, draft.sql, *extra], schema_text, stages, **ask)
+        draft = ran("generator", self.generate, **inputs)
+        extra = self._extra(ran, db, **inputs)
+        sql, rounds, history = self._correct(draft.sql, schema_text, ran, **ask)
+        sql, candidates = self._select([sql, draft.sql, *extra], schema_text, ran, **ask)
 
         return stage_registry.result(
             sql,
-            stages=stages,
+            stages=ran,
             candidates=candidates,
             linked=linked,
             history=history,
@@ -355,25 +330,7 @@ class DuboV2(_Dubo):
             )
         if pool_source not in ("spider", "bird"):
             raise ValueError(f"pool_source must be 'spider' or 'bird', got {pool_source!r}")
-        super().__init__(
-            num_demos=num_demos,
-            diverse=diverse,
-            json_output=json_output,
-            error_correction=error_correction,
-            correction_rounds=correction_rounds,
-            example_values=example_values,
-            demo_schema=demo_schema,
-            pool_source=pool_source,
-            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
-        )
-        self.num_demos = num_demos
-        self.diverse = diverse
-        self.json_output = json_output
-        self.error_correction = error_correction
-        self.correction_rounds = correction_rounds
-        self.example_values = example_values
-        self.demo_schema = demo_schema
-        self.pool_source = pool_source
+        super().__init__()
         self.demo_source = DemoSource(
             "question",
             num_demos,
@@ -455,30 +412,30 @@ class DuboV2(_Dubo):
         ``correction_rounds``.
         """
         ask = {"db": db, "question": question, "evidence": evidence}
-        stages: list[str] = []
+        ran = stage_registry.Ran()
         schema_text = self.schema_text(db)
         found, demos = self.retrieve_demos(question, db, evidence)
-        if self.demo_source.active:
-            stages.append("demos")
-        linked = self._link(schema_text, stages, **ask)
+        ran.record("demos", self.demo_source)
+        linked = stage_registry.link(self.linker, **ask, db_schema=schema_text, ran=ran)
         if linked:
             schema_text = self.schema_text(db, linked=linked)
 
         with self._answer_format():
-            draft = self.generate(
+            draft = ran(
+                "generator",
+                self.generate,
                 demos=demos,
                 dialect=db.dialect,
                 db_schema=schema_text,
                 question=question,
                 evidence=evidence,
             )
-            stages.append("generate")
-            sql, rounds, history = self._correct(draft.sql, schema_text, stages, **ask)
-        sql, candidates = self._select([sql, draft.sql], schema_text, stages, **ask)
+            sql, rounds, history = self._correct(draft.sql, schema_text, ran, **ask)
+        sql, candidates = self._select([sql, draft.sql], schema_text, ran, **ask)
 
         return stage_registry.result(
             sql,
-            stages=stages,
+            stages=ran,
             candidates=candidates,
             linked=linked,
             demos=demos,

@@ -287,7 +287,14 @@ def parse_link_output(output: Any, schema: Schema) -> LinkedSchema:
 
 
 class ForwardLinker(dspy.Module):
-    """RSL-SQL forward linking: one LM call lists the needed columns, matched to the schema."""
+    """RSL-SQL forward linking: one LM call lists the needed columns, matched to the schema.
+
+    It links before any draft exists and reads none (``links_forward``, not ``links_backward``:
+    :data:`sqlweave.programs.stages.CAPABILITIES`).
+    """
+
+    links_forward = True
+    links_backward = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -338,6 +345,13 @@ class BidirectionalLinker(dspy.Module):
         self.use_evidence = use_evidence
         self.forward_linker = ForwardLinker()
 
+    @property
+    def links_forward(self) -> bool:
+        """The stage capability: with ``use_forward`` its forward part (``forward_linker``) can
+        link before a draft exists, and a forward link passed back as ``forward_linked`` is
+        reused."""
+        return self.use_forward
+
     def forward(
         self,
         question: str,
@@ -376,6 +390,8 @@ class BidirectionalLinker(dspy.Module):
 
 class NoLinker(dspy.Module):
     """No linking: the prompt keeps the whole schema (an empty link means "everything")."""
+
+    is_noop = True
 
     def forward(self, question: str, schema: Schema, **_: Any) -> dspy.Prediction:
         return dspy.Prediction(linked=LinkedSchema(), schema=schema)

@@ -267,6 +267,11 @@ class MageCorrector(dspy.Module):
         self.rules = RuleCorrector()
         self.correct = dspy.Predict(CorrectSQL)
 
+    @property
+    def is_noop(self) -> bool:
+        """The stage capability: with both halves off it changes nothing."""
+        return not (self.rule_correction or self.prompt_correction)
+
     def forward(
         self,
         sql: str,
@@ -403,27 +408,9 @@ class MageSQL(SQLProgram):
         if num_demos < 0:
             raise ValueError(f"num_demos must be >= 0, got {num_demos}")
         samples = stage_registry.check_samples(samples, selector)
-        super().__init__(
-            strategy=strategy,
-            num_demos=num_demos,
-            rule_correction=rule_correction,
-            prompt_correction=prompt_correction,
-            demo_schema=demo_schema,
-            column_descriptions=column_descriptions,
-            pool_source=pool_source,
-            retriever_options=dict(retriever_options or {}),
-            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
-            samples=samples,
-            temperature=float(temperature),
-        )
-        self.strategy = strategy
-        self.num_demos = num_demos
-        self.rule_correction = rule_correction
-        self.prompt_correction = prompt_correction
-        self.demo_schema = demo_schema
-        self.column_descriptions = column_descriptions
-        self.pool_source = pool_source
-        self.retriever_options = dict(retriever_options or {})
+        super().__init__()
+        self.switches["retriever_options"] = self.retriever_options = dict(retriever_options or {})
+        self.switches["temperature"] = self.temperature = float(temperature)
         options = dict(self.retriever_options)
         if strategy in ("skeleton", "pqgram"):
             options.setdefault("dialect", POOL_DIALECT)
@@ -432,7 +419,6 @@ class MageSQL(SQLProgram):
         )
         self.draft = Generator(GenerateSQL)
         self.generate = Generator(GenerateSQL)
-        self.samples = samples
         # Not in the paper: samples - 1 more few-shot generations at ``temperature`` for the
         # selector (batched by the local engine: one prompt, several continuations).
         self.sampler = Sampler(
@@ -466,12 +452,11 @@ class MageSQL(SQLProgram):
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         """Draft (if needed), demo selection, [linking], few-shot generation, [selection],
         error correction."""
-        stages: list[str] = []
+        ran = stage_registry.Ran()
         inputs = {"dialect": db.dialect, "db_schema": self.schema_text(db), "question": question}
         draft_sql = ""
         if self.uses_draft:
-            draft_sql = self.draft(evidence=evidence, **inputs).sql
-            stages.append("draft")
+            draft_sql = ran("generator", self.draft, evidence=evidence, **inputs).sql
 
         found: list[Any] = []
         # graph without a draft has no graph to compare: zero-shot (a draft that does not parse
@@ -479,7 +464,7 @@ class MageSQL(SQLProgram):
         if self.demo_source.active and (draft_sql or self.strategy != "graph"):
             pool_sql = _to_pool_dialect(draft_sql, db.dialect)
             found = self.demo_source.retrieve(question, db, evidence, pool_sql)
-            stages.append("select_demos")
+            ran.record("demos")
         demos = as_demos(
             list(reversed(found)),  # best last: nearest the question it should resemble
             dialect=db.dialect,
@@ -493,42 +478,35 @@ class MageSQL(SQLProgram):
             db_schema=inputs["db_schema"],
             evidence=evidence,
             sql=draft_sql,
+            ran=ran,
         )
         if linked is not None:
             inputs["db_schema"] = self.schema_text(db, linked)
-            stages.append("linking")
 
-        generated = self.generate(demos=demos, evidence=evidence, **inputs)
-        stages.append("generate")
+        generated = ran("generator", self.generate, demos=demos, evidence=evidence, **inputs)
         sampled: list[str] = []
         if self.samples > 1:
             sampled = self.sampler(db=db, demos=demos, evidence=evidence, **inputs)
-            stages.append("samples")
+            ran.record("sampler")
         candidates = (
             [generated.sql, *sampled, draft_sql] if draft_sql else [generated.sql, *sampled]
         )
-        picked = self.selector(
-            candidates=candidates,
-            db=db,
-            question=question,
-            evidence=evidence,
-            db_schema=inputs["db_schema"],
-        )
-        if stage_registry.name_of("selector", self.selector) != "first":
-            stages.append("select")
-
-        fixed = self.corrector(
-            sql=picked.sql,
-            db=db,
-            question=question,
-            evidence=evidence,
-            db_schema=inputs["db_schema"],
-        )
-        stages += _corrector_stages(self.corrector, fixed)
+        ask = {
+            "db": db,
+            "question": question,
+            "evidence": evidence,
+            "db_schema": inputs["db_schema"],
+        }
+        if stage_registry.declares(self.selector, "picks_first"):
+            # The draft only stands in for an empty generation: no choice made, none recorded.
+            picked = self.selector(candidates=candidates, **ask)
+        else:
+            picked = ran("selector", self.selector, candidates=candidates, **ask)
+        fixed = ran("corrector", self.corrector, sql=picked.sql, **ask)
 
         return stage_registry.result(
             fixed.sql,
-            stages=stages,
+            stages=ran,
             candidates=candidates,
             linked=linked,
             demos=found,
@@ -544,14 +522,6 @@ class MageSQL(SQLProgram):
             corrected_sql=fixed.get("corrected_sql", ""),
             schema=inputs["db_schema"],
         )
-
-
-def _corrector_stages(corrector: dspy.Module, fixed: dspy.Prediction) -> list[str]:
-    """The stage names a corrector ran: its own list (``mage``), else its registry name."""
-    if "stages" in fixed:
-        return list(fixed.stages)
-    name = stage_registry.name_of("corrector", corrector)
-    return [] if name == "none" else [name or "correct"]
 
 
 def _to_pool_dialect(sql: str, dialect: str) -> str:

@@ -17,58 +17,22 @@ the system message names the dialect.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
 import dspy
 
-from sqlweave.db import Database, ExecutionError
+from sqlweave.db import Database
+from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import SQLProgram
-from sqlweave.schema import DIALECT_LABELS, introspect, render_ddl
+from sqlweave.schema import DIALECT_LABELS, native_ddl, prompt_schema
+
+#: Re-exported: the schema renderers live in :mod:`sqlweave.schema` (``direct`` and ``weave`` use
+#: them too); older code imports them from here.
+__all__ = ["NaiveSQL", "naive_messages", "native_ddl", "prompt_schema", "reply_sql"]
 
 _FENCE = re.compile(r"```[A-Za-z]*\s*(.*?)```", re.S)
 
 SYSTEM = "You write one {dialect} query that answers the question. Reply with the SQL only."
 MAX_TOKENS = 256
-
-
-def native_ddl(db: Database, tables: Iterable[str] | None = None) -> str:
-    """The database's own CREATE TABLE statements (SQLite), else DDL rendered from introspection.
-
-    ``tables`` (e.g. a linker's) keeps only theirs, matched without regard to case.
-    """
-    keep = None if tables is None else {t.lower() for t in tables}
-    if db.dialect == "sqlite":
-        try:
-            result = db.execute(
-                "SELECT sql, name FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL "
-                "AND name NOT LIKE 'sqlite_%' ORDER BY rowid",
-                use_cache=True,
-            )
-            statements = [
-                str(row[0]).strip()
-                for row in result.rows
-                if keep is None or str(row[1]).lower() in keep
-            ]
-            if statements:
-                return "\n".join(statements)
-        except ExecutionError:
-            pass
-    schema = introspect(db)
-    if keep is not None:
-        schema = schema.subset(tables=[t.name for t in schema.tables if t.name.lower() in keep])
-    return render_ddl(schema, layout="pretty")
-
-
-def prompt_schema(db: Database, layout: str = "native", tables: Iterable[str] | None = None) -> str:
-    """The schema as a generation prompt shows it: ``native`` (:func:`native_ddl`) or a
-    :func:`~sqlweave.schema.render_ddl` layout (``compact``, ``pretty``); ``tables`` (a linker's)
-    keeps only theirs."""
-    if layout == "native":
-        return native_ddl(db, tables)
-    schema = introspect(db)
-    if tables is not None:
-        schema = schema.subset(tables=sorted(tables))
-    return render_ddl(schema, layout=layout)
 
 
 def reply_sql(reply: str) -> str:
@@ -113,4 +77,6 @@ class NaiveSQL(SQLProgram):
             outputs = lm(messages=messages, temperature=0.0, max_tokens=MAX_TOKENS)
         first = outputs[0] if outputs else ""
         raw = first.get("text", "") if isinstance(first, dict) else str(first or "")
-        return dspy.Prediction(sql=reply_sql(raw), raw=raw, stages=["generate"])
+        ran = stage_registry.Ran()
+        ran.record("generator")
+        return stage_registry.result(reply_sql(raw), stages=ran, raw=raw)

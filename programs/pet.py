@@ -138,6 +138,9 @@ class PETSQL(SQLProgram):
     """
 
     name = "pet"
+    #: ``retriever`` is a switch here (a retriever name); the pool and the encoder are data and
+    #: tools, not configuration.
+    INJECTED = frozenset({"pool", "encoder"})
 
     #: Configurations mirroring the paper's ablation tables. Table 4 is a zero-shot, single-call
     #: study of the prompt parts, so its rows drop demos, linking and voting as the paper did.
@@ -208,34 +211,10 @@ class PETSQL(SQLProgram):
             ("spec", spec) if isinstance(spec, str) else ("object", CACHE.put(spec))
             for spec in finsql_models
         ]
-        # The pool and the encoder are not switches: they are data and tools, not configuration.
-        super().__init__(
-            optimization_rule=optimization_rule,
-            cell_values=cell_values,
-            foreign_keys=foreign_keys,
-            values_per_column=values_per_column,
-            num_demos=num_demos,
-            retriever=retriever,
-            schema_linking=schema_linking,
-            consistency=consistency,
-            samples=samples,
-            temperature=temperature,
-            finsql_models=[value for kind, value in refs if kind == "spec"],
-            hardness_weighting=hardness_weighting,
-            hardness_voters=None if hardness_voters is None else voters,
-            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
-        )
-        self.optimization_rule = optimization_rule
-        self.cell_values = cell_values
-        self.foreign_keys = foreign_keys
-        self.values_per_column = values_per_column
-        self.num_demos = num_demos
-        self.schema_linking = schema_linking
-        self.consistency = consistency
-        self.samples = samples
-        self.temperature = temperature
+        super().__init__()
+        self.switches["finsql_models"] = [value for kind, value in refs if kind == "spec"]
+        self.switches["hardness_voters"] = None if hardness_voters is None else voters
         self.finsql_models = refs
-        self.hardness_weighting = hardness_weighting
         self.hardness_voters = voters
         self.demo_source = DemoSource(retriever, num_demos, pool=pool, encoder=encoder)
         self.presql = Generator(GenerateSQL)
@@ -300,22 +279,6 @@ class PETSQL(SQLProgram):
         with dspy.context(lm=lm) if lm is not None else contextlib.nullcontext():
             return generator(**inputs).sql
 
-    def _link(
-        self, question: str, db: Database, evidence: str, presql: str, full_text: str
-    ) -> LinkedSchema | None:
-        """The linker's reading of PreSQL (§3.3), or None when linking is off."""
-        if not self.schema_linking or stage_registry.name_of("linker", self.linker) == "none":
-            return None
-        return self.linker(
-            question=question,
-            schema=introspect(db),
-            sql=presql,
-            db_schema=full_text,
-            evidence=evidence,
-            dialect=db.dialect,
-            db=db,
-        ).linked
-
     def _finsqls(
         self, db: Database, presql: str, hardness: str, fin_text: str, full_text: str, **inputs: Any
     ) -> tuple[list[str], list[str], bool]:
@@ -374,62 +337,55 @@ class PETSQL(SQLProgram):
         ``(member indices, weight)``; None without a vote), ``linked_tables``, ``hardness``
         (PreSQL's predicted Spider grade) and ``schema`` (the schema text FinSQL saw).
         """
-        stages: list[str] = []
+        ran = stage_registry.Ran()
         demos = self.retrieve_demos(question, db, evidence)
-        if demos:
-            stages.append("retrieval")
+        ran.record("demos", self.demo_source)
         inputs = {"dialect": db.dialect, "question": question, "evidence": evidence, "demos": demos}
 
         full_text = self.schema_text(db)
         presql = self._generate(self.presql, None, db_schema=full_text, **inputs)
-        stages.append("presql")
+        ran.record("generator")
         try:
             hardness = spider_hardness(presql, db.dialect) if presql else "extra"
         except ValueError:
             hardness = "extra"  # unparsable PreSQL: trust nothing, let every source vote
 
-        linked = self._link(question, db, evidence, presql, full_text)
+        # §3.3: the linker reads PreSQL as its draft.
+        linked = None
+        if self.schema_linking:
+            ask = {"question": question, "db": db, "evidence": evidence, "db_schema": full_text}
+            linked = stage_registry.link(self.linker, **ask, sql=presql, ran=ran)
         fin_text = full_text
-        if linked is not None:
-            stages.append("linking")
-            if linked and (linked.columns or len(linked.tables) < len(introspect(db).tables)):
-                fin_text = self.schema_text(db, linked)
+        if linked and (linked.columns or len(linked.tables) < len(introspect(db).tables)):
+            fin_text = self.schema_text(db, linked)
 
         candidates, sources, generated = self._finsqls(
             db, presql, hardness, fin_text, full_text, **inputs
         )
         if generated:
-            stages.append("finsql")
+            ran.record("generator")
+        if any(source.startswith("sample[") for source in sources):
+            ran.record("sampler")
         finsql = candidates[sources.index("finsql[0]")] if "finsql[0]" in sources else ""
 
         picked = None
+        ask = {"db": db, "question": question, "evidence": evidence, "db_schema": fin_text}
         if self.consistency == "none":
             # An empty FinSQL (unparsable output) falls back to PreSQL rather than to nothing.
             sql = finsql or presql
         else:
-            picked = self.selector(
-                candidates=candidates,
-                db=db,
-                question=question,
-                evidence=evidence,
-                db_schema=fin_text,
-            )
-            named = stage_registry.name_of("selector", self.selector)
-            stages.append("vote" if named == "vote" else "selection")
+            picked = ran("selector", self.selector, candidates=candidates, **ask)
             sql = picked.sql
 
         history: list[Any] = []
-        if stage_registry.name_of("corrector", self.corrector) != "none" and sql:
-            fixed = self.corrector(
-                sql=sql, db=db, question=question, evidence=evidence, db_schema=fin_text
-            )
-            stages.append("correction")
+        if sql:
+            fixed = ran("corrector", self.corrector, sql=sql, **ask)
             history, sql = list(fixed.history), fixed.sql
 
         result = getattr(picked, "vote", None)
         return stage_registry.result(
             sql,
-            stages=stages,
+            stages=ran,
             candidates=candidates,
             linked=linked,
             demos=demos,

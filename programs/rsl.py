@@ -23,10 +23,10 @@ the question and BIRD's evidence. Then:
 Per question: 4 calls (+1 selection when the two answers differ, + 0..N corrections).
 
 The steps are the stages of :mod:`sqlweave.programs.stages`, each replaceable by registry name or
-instance: ``linker`` (default ``bidirectional``; a linker with a forward part, i.e. a
-:class:`~sqlweave.programs.linking.BidirectionalLinker` with ``use_forward`` or a
-:class:`~sqlweave.programs.linking.ForwardLinker`, also gives ``SQL1`` its hints; any other linker
-reads ``SQL1`` as its draft), ``selector`` (default ``lm``: the binary selection; ``vote`` or
+instance: ``linker`` (default ``bidirectional``; a linker that declares ``links_forward``, such
+as ``bidirectional`` with ``use_forward`` or ``forward``, also gives ``SQL1`` its hints, and one
+that declares ``links_backward``, every linker but ``forward``, reads ``SQL1`` as its draft:
+:data:`sqlweave.programs.stages.CAPABILITIES`), ``selector`` (default ``lm``: the binary selection; ``vote`` or
 ``first`` choose between the same two candidates) and ``corrector`` (default ``execution``: the
 multi-turn loop). Value-sampled schemas live in :data:`sqlweave.caches.CACHE`, the demo pool and
 its retriever in a :class:`~sqlweave.programs.demos.DemoSource`.
@@ -52,13 +52,7 @@ from sqlweave.db import Database, ExecutionError
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
 from sqlweave.programs.demos import DemoSource
-from sqlweave.programs.linking import (
-    BidirectionalLinker,
-    ForwardLinker,
-    LinkedSchema,
-    columns_in_text,
-    union,
-)
+from sqlweave.programs.linking import LinkedSchema, columns_in_text, union
 from sqlweave.schema import Schema, introspect, quote, render_ddl_with_rows
 from sqlweave.signatures import ExtractElements, GenerateSQLWithHints
 
@@ -249,51 +243,25 @@ class RSLSQL(SQLProgram):
     ) -> None:
         if num_demos < 0 or value_samples < 0 or correction_rounds < 0:
             raise ValueError("num_demos, value_samples and correction_rounds must be >= 0")
-        super().__init__(
-            num_demos=num_demos,
-            value_samples=value_samples,
-            schema_linking=schema_linking,
-            forward_linking=forward_linking,
-            backward_linking=backward_linking,
-            augmentation=augmentation,
-            elements=elements,
-            conditions=conditions,
-            keywords=keywords,
-            descriptions=descriptions,
-            selection=selection,
-            self_correction=self_correction,
-            correction_rounds=correction_rounds,
-            pool_source=pool_source,
-            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
-        )
-        self.num_demos = num_demos
-        self.value_samples = value_samples
-        self.schema_linking = schema_linking
+        super().__init__()
         self.forward_linking = schema_linking and forward_linking
         self.backward_linking = schema_linking and backward_linking
-        self.augmentation = augmentation
         self.components = {"elements": elements, "conditions": conditions, "keywords": keywords}
-        self.descriptions = descriptions
-        self.selection = selection
-        self.self_correction = self_correction
-        self.correction_rounds = correction_rounds
-        self.pool_source = pool_source
         self.demo_source = DemoSource(
             "masked_question", num_demos, source=pool_source, pool=pool, retriever=retriever
         )
 
         # Stages exist only for the steps switched on, so an optimizer tunes what runs.
         self.linker: dspy.Module | None = None
-        if schema_linking and stage_registry.name_of("linker", linker) != "none":
+        if schema_linking:
             # Evidence columns belong to the forward list in the paper (§III-B).
             options = {
                 "use_forward": self.forward_linking,
                 "use_backward": self.backward_linking,
                 "use_evidence": self.forward_linking,
             }
-            self.linker = stage_registry.build(
-                "linker", linker, settings={"bidirectional": options}
-            )
+            built = stage_registry.build("linker", linker, settings={"bidirectional": options})
+            self.linker = None if stage_registry.is_none(built) else built
         self.preliminary_sql = Generator(GenerateSQLWithHints)
         self.extract_components: dspy.Predict | None = None
         self.augmented_sql: Generator | None = None
@@ -341,12 +309,11 @@ class RSLSQL(SQLProgram):
         return self.demo_source.retrieve(question, db, evidence)
 
     def forward_part(self) -> dspy.Module | None:
-        """The forward linker whose list is SQL1's hint, or None when the linker has none."""
-        if isinstance(self.linker, BidirectionalLinker) and self.linker.use_forward:
-            return self.linker.forward_linker
-        if isinstance(self.linker, ForwardLinker):
-            return self.linker
-        return None
+        """The forward linker whose list is SQL1's hint, or None when the linker has none
+        (its ``links_forward`` capability: :data:`sqlweave.programs.stages.CAPABILITIES`)."""
+        if self.linker is None or not stage_registry.declares(self.linker, "links_forward"):
+            return None
+        return getattr(self.linker, "forward_linker", self.linker)
 
     # -- the pipeline ---------------------------------------------------------------------------------
 
@@ -360,20 +327,22 @@ class RSLSQL(SQLProgram):
         demos = as_demos(found, dialect=db.dialect, extra_fields={"hints": ""})
         common = {"dialect": db.dialect, "question": question, "evidence": evidence}
         link_inputs = {**common, "schema": schema, "db_schema": full_text}
-        stages: list[str] = []
+        ran = stage_registry.Ran()
 
         # Step 1: forward link -> SQL1 on the full schema -> backward link -> simplified schema.
-        forward = self._forward_link(link_inputs)
-        if forward is not None:
-            stages.append("forward_linking")
+        forward = self._forward_link(link_inputs, ran)
         hints1 = linking_hint(forward) if forward is not None else ""
-        first = self.preliminary_sql(demos=demos, db_schema=full_text, hints=hints1, **common)
+        first = ran(
+            "generator",
+            self.preliminary_sql,
+            demos=demos,
+            db_schema=full_text,
+            hints=hints1,
+            **common,
+        )
         sql1 = first.sql
-        stages.append("sql1")
 
-        linked, backward, simple = self._backward_link(link_inputs, sql1, db, forward)
-        if backward is not None:
-            stages.append("backward_linking")
+        linked, backward, simple = self._backward_link(link_inputs, sql1, db, forward, ran)
         simple_text = self.render(simple, descriptions=self.descriptions)
 
         # Step 2: components on the simplified schema -> SQL2.
@@ -383,41 +352,34 @@ class RSLSQL(SQLProgram):
         if self.augmented_sql is not None:
             if self.extract_components is not None:
                 components = self._components(simple_text, question, evidence)
-                stages.append("components")
+                ran.record("extractor")
             hints2 = component_hints(components)
-            sql2 = self.augmented_sql(
-                demos=demos, db_schema=simple_text, hints=hints2, **common
+            sql2 = ran(
+                "generator",
+                self.augmented_sql,
+                demos=demos,
+                db_schema=simple_text,
+                hints=hints2,
+                **common,
             ).sql
-            stages.append("sql2")
         candidates = [sql1, sql2] if self.augmentation else [sql1]
 
         # Step 3: selection between the full-schema and the simplified-schema answers.
+        ask = {"db": db, "question": question, "evidence": evidence, "db_schema": simple_text}
         sql3, choice = candidates[-1], None
         if self.selector is not None:
-            picked = self.selector(
-                candidates=candidates,
-                db=db,
-                question=question,
-                evidence=evidence,
-                db_schema=simple_text,
-            )
+            picked = ran("selector", self.selector, candidates=candidates, **ask)
             sql3, choice = picked.sql, picked.choice
-            stages.append(
-                "selection" if getattr(picked, "lm_called", False) else "selection_no_call"
-            )
 
         # Step 4: self-correction (multi-turn, on error or empty result, by default).
         final, rounds, history = sql3, 0, []
         if self.corrector is not None:
-            fixed = self.corrector(
-                sql=sql3, db=db, question=question, evidence=evidence, db_schema=simple_text
-            )
+            fixed = ran("corrector", self.corrector, sql=sql3, **ask)
             final, rounds, history = fixed.sql, fixed.rounds, fixed.history
-            stages.append("self_correction")
 
         return stage_registry.result(
             final,
-            stages=stages,
+            stages=ran,
             candidates=candidates,
             linked=linked,
             demos=found,
@@ -435,29 +397,35 @@ class RSLSQL(SQLProgram):
             correction_rounds=rounds,
         )
 
-    def _forward_link(self, inputs: dict[str, Any]) -> LinkedSchema | None:
+    def _forward_link(self, inputs: dict[str, Any], ran: stage_registry.Ran) -> LinkedSchema | None:
         """Step 1's forward list (the LM's columns plus the evidence's), or None without one."""
         forward_linker = self.forward_part()
         if forward_linker is None:
             return None
         schema, evidence = inputs["schema"], inputs["evidence"]
-        forward = forward_linker(**inputs).linked
+        forward = ran("linker", forward_linker, **inputs).linked
         return union(forward, columns_in_text(evidence, schema) if evidence else None)
 
     def _backward_link(
-        self, inputs: dict[str, Any], sql1: str, db: Database, forward: LinkedSchema | None
+        self,
+        inputs: dict[str, Any],
+        sql1: str,
+        db: Database,
+        forward: LinkedSchema | None,
+        ran: stage_registry.Ran,
     ) -> tuple[LinkedSchema | None, LinkedSchema | None, Schema]:
         """``(linked, backward, simplified schema)`` after SQL1; ``backward`` is None when no
-        linker read SQL1 (no linking, or a forward-only linker), and an empty link keeps the
-        whole schema."""
+        linker read SQL1 (no linking, or a linker that does not read drafts), and an empty link
+        keeps the whole schema. The forward link goes back to the linker (``forward_linked``), so
+        one with a forward part does not ask the LM again; ``backward`` is what the linker says it
+        read in SQL1, else its whole link."""
         schema = inputs["schema"]
-        if isinstance(self.linker, ForwardLinker):
-            return forward, None, forward.subset(schema) if forward is not None else schema
         if self.linker is None:
             return None, None, schema
-        extra = {"forward_linked": forward} if isinstance(self.linker, BidirectionalLinker) else {}
-        link = self.linker(**inputs, sql=sql1, db=db, **extra)
-        backward = getattr(link, "backward", None) if extra else link.linked
+        if not stage_registry.declares(self.linker, "links_backward"):
+            return forward, None, forward.subset(schema) if forward is not None else schema
+        link = ran("linker", self.linker, **inputs, sql=sql1, db=db, forward_linked=forward)
+        backward = link.backward if "backward" in link else link.linked
         return link.linked, backward or LinkedSchema(), link.schema if link.linked else schema
 
     def _components(self, schema_text: str, question: str, evidence: str) -> dict[str, list[str]]:

@@ -181,25 +181,7 @@ class SEASQL(SQLProgram):
             raise ValueError("top_k must be >= 1")
         if execution_rounds < 0:
             raise ValueError("execution_rounds must be >= 0")
-        super().__init__(
-            values_per_column=values_per_column,
-            top_k=top_k,
-            fill_values=fill_values,
-            bias_elimination=bias_elimination,
-            execution_adjustment=execution_adjustment,
-            execution_rounds=execution_rounds,
-            second_elimination=second_elimination,
-            foreign_keys=foreign_keys,
-            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
-        )
-        self.values_per_column = values_per_column
-        self.top_k = top_k
-        self.fill_values = fill_values
-        self.bias_elimination = bias_elimination
-        self.execution_adjustment = execution_adjustment
-        self.execution_rounds = execution_rounds
-        self.second_elimination = second_elimination
-        self.foreign_keys = foreign_keys
+        super().__init__()
 
         self.linker = stage_registry.build("linker", linker)
         self.generate = Generator(GenerateSQL)
@@ -257,55 +239,58 @@ class SEASQL(SQLProgram):
         text) and ``column_values`` (``"table.column" -> [values]``).
         """
         ask = {"db": db, "question": question, "evidence": evidence}
-        stages: list[str] = ["schema"]
+        ran = stage_registry.Ran()
         schema_text, values = self.enhanced_schema(question, db)
+        if self.values_per_column > 0:
+            ran.record("values")
 
-        linked = stage_registry.link(self.linker, **ask, db_schema=schema_text)
-        if linked is not None:
-            stages.append("linking")
-            if linked:
-                schema_text = self.render(linked.subset(introspect(db)), values)
+        linked = stage_registry.link(self.linker, **ask, db_schema=schema_text, ran=ran)
+        if linked:
+            schema_text = self.render(linked.subset(introspect(db)), values)
 
-        first = self.generate(
-            dialect=db.dialect, db_schema=schema_text, question=question, evidence=evidence
+        first = ran(
+            "generator",
+            self.generate,
+            dialect=db.dialect,
+            db_schema=schema_text,
+            question=question,
+            evidence=evidence,
         )
         pre_sql = current = first.sql
-        stages.append("pre_sql")
 
         eliminated = pre_result = None
         if self.bias_elimination:
-            abe = self.eliminate(sql=current, db_schema=schema_text, **ask)
+            abe = ran("corrector", self.eliminate, sql=current, db_schema=schema_text, **ask)
             eliminated, pre_result = abe.sql, abe.execution_result
-            stages.append("bias_elimination")
             current = eliminated
 
         adjusted = None
         rounds = 0
         history: list[dict[str, Any]] = []
-        dea_stage = _corrector_stage(self.corrector) if self.execution_adjustment else None
-        if dea_stage is not None:
-            dea = self.corrector(sql=current, db_schema=schema_text, **ask)
-            stages.append(dea_stage)
+        if self.execution_adjustment and not stage_registry.is_none(self.corrector):
+            dea = ran("corrector", self.corrector, sql=current, db_schema=schema_text, **ask)
             adjusted, rounds, history = dea.sql, dea.rounds, list(dea.history)
             current = adjusted
 
         if self.second_elimination:
-            current = self.eliminate(sql=current, db_schema=schema_text, **ask).sql
-            stages.append("second_elimination")
+            current = ran(
+                "corrector", self.eliminate, sql=current, db_schema=schema_text, **ask
+            ).sql
 
-        # The queries the stages wrote, the latest (most refined) first: what a selector other
-        # than "first" chooses among.
+        # The queries the stages wrote, the latest (most refined) first: what a selector that
+        # looks at them (not ``picks_first``) chooses among.
         written = list(dict.fromkeys(q for q in (current, adjusted, eliminated, pre_sql) if q))
         candidates = None
-        if stage_registry.name_of("selector", self.selector) != "first" and len(written) > 1:
+        if not stage_registry.declares(self.selector, "picks_first") and len(written) > 1:
             candidates = written
-            current = self.selector(candidates=written, db_schema=schema_text, **ask).sql
-            stages.append("selection")
+            current = ran(
+                "selector", self.selector, candidates=written, db_schema=schema_text, **ask
+            ).sql
 
-        logger.debug("sea: %s -> %s (stages %s)", pre_sql[:120], current[:120], stages)
+        logger.debug("sea: %s -> %s (stages %s)", pre_sql[:120], current[:120], ran)
         return stage_registry.result(
             current,
-            stages=stages,
+            stages=ran,
             candidates=candidates,
             linked=linked,
             history=history,
@@ -319,15 +304,6 @@ class SEASQL(SQLProgram):
             schema=schema_text,
             column_values={f"{t}.{c}": list(v) for (t, c), v in values.items()},
         )
-
-
-def _corrector_stage(corrector: dspy.Module) -> str | None:
-    """The stage name a corrector runs under: DEA for the execution corrector, ``correction`` for
-    another one, None for ``none`` (nothing to run)."""
-    name = stage_registry.name_of("corrector", corrector)
-    if name == "none":
-        return None
-    return "execution_adjustment" if name == "execution" else "correction"
 
 
 __all__ = ["RESULT_ROWS", "BiasEliminator", "SEASQL", "render_foreign_keys"]

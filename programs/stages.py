@@ -5,8 +5,10 @@ used inside any DSPy program. The replaceable roles and their call protocols (ke
 an implementation accepts and ignores what it does not read):
 
 ``linker``
-    ``linker(question=, schema=, sql=draft, db_schema=, evidence=, dialect=, db=)`` returns
-    ``Prediction(linked=LinkedSchema, schema=pruned Schema, ...)``. An empty link means "keep the
+    ``linker(question=, schema=, sql=draft, db_schema=, evidence=, dialect=, db=)`` (RSL-SQL adds
+    ``forward_linked=``, a forward link computed earlier) returns
+    ``Prediction(linked=LinkedSchema, schema=pruned Schema, ...)`` (a linker with a backward part
+    may add ``backward=``, the columns it read in the draft). An empty link means "keep the
     whole schema": a linker that finds nothing must not leave the generator with nothing.
 ``selector``
     ``selector(candidates=[sql, ...], db=, question=, evidence=, db_schema=)`` returns
@@ -40,45 +42,63 @@ The other stages are shared classes rather than roles with alternatives: schema 
 
 A seed takes ``linker=``, ``selector=`` and ``corrector=`` constructor arguments: a registry name
 (saved with a compiled artefact, and what ``sqlweave ... --set linker=bidirectional`` passes) or
-a stage instance (used as given, not saved). Its paper's choice is the default.
+a stage instance (used as given, not saved). Its paper's choice is the default. A program never
+asks which class or name a stage has: a stage declares what it does (:data:`CAPABILITIES`:
+``is_noop``, ``picks_first``, ``links_forward``, ``links_backward``) and the program reads that
+with :func:`declares`, so a user's stage that declares the same is treated the same. A new
+implementation is one class and one :func:`register` call.
 
 **The output contract.** Every program returns, besides its own intermediate fields,
-``sql`` (the answer), ``stages`` (names of the stages that ran, in order), ``candidates`` (the
-SQL the selection chose among; ``[sql]`` without one), ``linked`` (``table.column`` names kept
-by linking, ``[]`` without), ``demos`` (questions of the examples shown) and ``history`` (the
-correction attempts). LM calls and tokens are never counted by hand: they come from
+``sql`` (the answer), ``stages`` (the stages that ran, in order, one :data:`LABELS` entry per
+role, the same words in every program; recorded by a :class:`Ran` as the stages are called),
+``candidates`` (the SQL the selection chose among; ``[sql]`` without one), ``linked``
+(``table.column`` names kept by linking, ``[]`` without), ``demos`` (questions of the examples
+shown) and ``history`` (the correction attempts). LM calls and tokens are never counted by hand: they come from
 :func:`sqlweave.lm.track_usage`.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import dspy
 
+from sqlweave.registry import Registry
+
 #: role -> name -> ``module:Class`` (imported on first use, so the registry costs nothing).
-STAGES: dict[str, dict[str, str]] = {
-    "linker": {
-        "none": "sqlweave.programs.linking:NoLinker",
-        "tables": "sqlweave.programs.linking:DraftTablesLinker",
-        "columns": "sqlweave.programs.linking:DraftColumnsLinker",
-        "values": "sqlweave.programs.linking:ValueLinker",
-        "forward": "sqlweave.programs.linking:ForwardLinker",
-        "bidirectional": "sqlweave.programs.linking:BidirectionalLinker",
-    },
-    "selector": {
-        "first": "sqlweave.programs.voting:FirstSelector",
-        "vote": "sqlweave.programs.voting:VoteSelector",
-        "lm": "sqlweave.programs.selection:CandidateSelector",
-    },
-    "corrector": {
-        "none": "sqlweave.programs.correction:NoCorrector",
-        "execution": "sqlweave.programs.correction:CorrectionLoop",
-        "rules": "sqlweave.programs.correction:RuleCorrector",
-        "mage": "sqlweave.programs.mage:MageCorrector",
-    },
+STAGES: dict[str, Registry] = {
+    "linker": Registry(
+        "linker",
+        {
+            "none": "sqlweave.programs.linking:NoLinker",
+            "tables": "sqlweave.programs.linking:DraftTablesLinker",
+            "columns": "sqlweave.programs.linking:DraftColumnsLinker",
+            "values": "sqlweave.programs.linking:ValueLinker",
+            "forward": "sqlweave.programs.linking:ForwardLinker",
+            "bidirectional": "sqlweave.programs.linking:BidirectionalLinker",
+        },
+        base=dspy.Module,
+    ),
+    "selector": Registry(
+        "selector",
+        {
+            "first": "sqlweave.programs.voting:FirstSelector",
+            "vote": "sqlweave.programs.voting:VoteSelector",
+            "lm": "sqlweave.programs.selection:CandidateSelector",
+        },
+        base=dspy.Module,
+    ),
+    "corrector": Registry(
+        "corrector",
+        {
+            "none": "sqlweave.programs.correction:NoCorrector",
+            "execution": "sqlweave.programs.correction:CorrectionLoop",
+            "rules": "sqlweave.programs.correction:RuleCorrector",
+            "mage": "sqlweave.programs.mage:MageCorrector",
+        },
+        base=dspy.Module,
+    ),
 }
 
 ROLES = tuple(STAGES)
@@ -86,32 +106,106 @@ ROLES = tuple(STAGES)
 #: The fields every program's prediction carries.
 CONTRACT = ("sql", "stages", "candidates", "linked", "demos", "history")
 
+#: What the ``stages`` field may hold: one label per role, the same in every program, in the
+#: order a pipeline usually runs them. A role that runs twice (RSL-SQL's two generations, SEA-SQL's
+#: bias elimination then execution adjustment, both correctors) is recorded twice.
+LABELS = (
+    "demos",  # a demo source retrieved examples for the prompt
+    "values",  # stored values the question names were looked up for the prompt
+    "linker",  # a linker pruned (or tried to prune) the schema
+    "generator",  # an LM call wrote SQL
+    "sampler",  # more SQL was sampled beside the generator's, for a selector
+    "extractor",  # an LM call extracted hints for a later generation (RSL-SQL's components)
+    "selector",  # a selector chose among candidates
+    "corrector",  # a corrector checked (and perhaps changed) the SQL
+)
+
+#: What a stage may declare about itself, as a class attribute or property, with the value a stage
+#: that declares nothing has. Programs branch on these, never on a stage's class or registry name,
+#: so a user's own stage that declares them is treated like the built-in one.
+CAPABILITIES: dict[str, bool] = {
+    # It does nothing (the ``none`` linker and corrector): programs skip it and record nothing.
+    "is_noop": False,
+    # A selector that keeps the first candidate without looking at the others (``first``).
+    "picks_first": False,
+    # A linker that can link before any draft exists: its ``forward_linker`` (the linker itself
+    # when it has no such part) is called without one, and its result passed back to the linker
+    # as ``forward_linked``.
+    "links_forward": False,
+    # A linker that reads the draft SQL (``sql=``); every linker is given one by the protocol.
+    "links_backward": True,
+}
+
+
+def declares(stage: Any, capability: str) -> bool:
+    """Whether ``stage`` (an instance or a class) declares ``capability`` (:data:`CAPABILITIES`)."""
+    try:
+        default = CAPABILITIES[capability]
+    except KeyError:
+        raise ValueError(
+            f"unknown stage capability {capability!r}; choose one of {', '.join(CAPABILITIES)}"
+        ) from None
+    return bool(getattr(stage, capability, default))
+
+
+class Ran:
+    """The stages one answer ran, in order: what the output contract's ``stages`` field holds.
+
+    A program makes one per question (the program itself is shared between threads) and calls
+    its stages through it: ``fixed = ran("corrector", self.corrector, sql=...)`` calls the stage
+    and records ``"corrector"``, unless the stage declares ``is_noop``. A stage that is not called
+    this way (a demo source, a sampler inside another stage) is noted with :meth:`record`.
+    """
+
+    def __init__(self) -> None:
+        self.labels: list[str] = []
+
+    def __call__(self, role: str, stage: Any, /, **inputs: Any) -> Any:
+        """``stage(**inputs)``, recorded under ``role`` (a :data:`LABELS` entry)."""
+        out = stage(**inputs)
+        self.record(role, stage)
+        return out
+
+    def record(self, role: str, stage: Any = None) -> None:
+        """Note that a ``role`` stage ran (nothing when ``stage`` declares ``is_noop``)."""
+        if role not in LABELS:
+            raise ValueError(f"unknown stage label {role!r}; choose one of {', '.join(LABELS)}")
+        if stage is None or not declares(stage, "is_noop"):
+            self.labels.append(role)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.labels)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __repr__(self) -> str:
+        return f"Ran({self.labels})"
+
 
 def available(role: str | None = None) -> Any:
     """The implementation names of ``role``, or every role's when ``role`` is None."""
     if role is None:
-        return {r: sorted(names) for r, names in STAGES.items()}
-    return sorted(_names(role))
+        return {r: names.names() for r, names in STAGES.items()}
+    return _names(role).names()
 
 
-def _names(role: str) -> dict[str, str]:
+def _names(role: str) -> Registry:
     try:
         return STAGES[role]
     except KeyError:
         raise ValueError(f"unknown stage role {role!r}; choose one of {', '.join(ROLES)}") from None
 
 
+def register(role: str, name: str, cls: type, *, replace: bool = False) -> None:
+    """Register ``cls`` (a ``dspy.Module`` following ``role``'s protocol) as ``name``, so
+    programs take it by name and compiled artefacts save it (``replace=True`` to overwrite)."""
+    _names(role).register(name, cls, replace=replace)
+
+
 def stage_class(role: str, name: str) -> type:
     """The class registered as ``name`` for ``role``; a ``ValueError`` names the choices."""
-    names = _names(role)
-    try:
-        target = names[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown {role} {name!r}; choose one of {', '.join(sorted(names))}"
-        ) from None
-    module_name, cls_name = target.split(":")
-    return getattr(importlib.import_module(module_name), cls_name)
+    return _names(role).load(name)
 
 
 def build(
@@ -135,8 +229,8 @@ def build(
     if spec is None:
         raise ValueError(
             f"this program was built with its own {role} (an instance, which artefacts cannot "
-            f"save): pass it again, e.g. {role}=MyStage(), or register its class in "
-            "sqlweave.programs.stages.STAGES"
+            f"save): pass it again, e.g. {role}=MyStage(), or register its class with "
+            f"sqlweave.programs.stages.register({role!r}, name, MyStage)"
         )
     if not isinstance(spec, str):
         raise TypeError(f"{role} must be a registry name or a dspy.Module, got {spec!r}")
@@ -152,10 +246,7 @@ def name_of(role: str, spec: str | dspy.Module) -> str | None:
     if isinstance(spec, str):
         stage_class(role, spec)  # validates
         return spec
-    for name in _names(role):
-        if type(spec) is stage_class(role, name):
-            return name
-    return None
+    return _names(role).name_of(spec)
 
 
 def role_switches(**specs: str | dspy.Module) -> dict[str, str | None]:
@@ -172,7 +263,8 @@ def check_samples(samples: Any, selector: str | dspy.Module) -> int:
     """
     if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
         raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
-    if samples > 1 and name_of("selector", selector) == "first":
+    chooser = stage_class("selector", selector) if isinstance(selector, str) else selector
+    if samples > 1 and declares(chooser, "picks_first"):
         raise ValueError(
             "samples > 1 needs a selector that chooses among the candidates "
             "(selector='vote' or 'lm'); 'first' would keep the greedy query only"
@@ -180,9 +272,9 @@ def check_samples(samples: Any, selector: str | dspy.Module) -> int:
     return samples
 
 
-def is_none(role: str, stage: Any) -> bool:
-    """Whether ``stage`` is the role's do-nothing choice (``none`` linker or corrector)."""
-    return stage is None or name_of(role, stage) == "none"
+def is_none(stage: Any) -> bool:
+    """Whether ``stage`` is absent or declares ``is_noop`` (the ``none`` linker or corrector)."""
+    return stage is None or declares(stage, "is_noop")
 
 
 def link(
@@ -193,17 +285,19 @@ def link(
     db_schema: str,
     evidence: str = "",
     sql: str = "",
+    ran: Ran | None = None,
 ) -> Any:
     """Call ``linker`` with the role's protocol; None for the ``none`` linker (nothing to prune).
 
     The schema is introspected here (cached per database), so a program passes only its own
-    schema text and, where it has one, the draft SQL the linker may read.
+    schema text and, where it has one, the draft SQL the linker may read. ``ran`` records the
+    call.
     """
-    if is_none("linker", linker):
+    if is_none(linker):
         return None
     from sqlweave.schema import introspect
 
-    return linker(
+    out = linker(
         question=question,
         schema=introspect(db),
         sql=sql,
@@ -212,6 +306,9 @@ def link(
         dialect=db.dialect,
         db=db,
     ).linked
+    if ran is not None:
+        ran.record("linker", linker)
+    return out
 
 
 def _texts(items: Iterable[Any] | None, attr: str) -> list[str]:
@@ -260,15 +357,20 @@ def result(
 
 
 __all__ = [
+    "CAPABILITIES",
     "CONTRACT",
+    "LABELS",
     "ROLES",
     "STAGES",
+    "Ran",
     "available",
     "build",
     "check_samples",
+    "declares",
     "is_none",
     "link",
     "name_of",
+    "register",
     "result",
     "role_switches",
     "stage_class",

@@ -452,6 +452,8 @@ class FirstSelector(dspy.Module):
     """The ``first`` selector: the first non-empty candidate, unexecuted (a single-answer
     pipeline's choice; the selector protocol of :mod:`sqlweave.programs.stages`)."""
 
+    picks_first = True  # the stage capability programs read (stages.CAPABILITIES)
+
     def forward(self, candidates: Sequence[str], **_: Any) -> dspy.Prediction:
         if not candidates:
             raise ValueError("a selector needs at least one candidate")

@@ -52,8 +52,8 @@ from sqlweave.db import Database
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
 from sqlweave.programs.demos import DemoSource
-from sqlweave.programs.naive import prompt_schema
 from sqlweave.programs.voting import Sampler, settle_for
+from sqlweave.schema import prompt_schema
 from sqlweave.signatures import GenerateSQLFromExamples
 from sqlweave.values import ValueIndex
 
@@ -135,24 +135,9 @@ class WeaveSQL(SQLProgram):
             raise ValueError(f"repair_rounds must be an integer >= 0, got {repair_rounds!r}")
         if not 0 <= float(temperature) <= 2:
             raise ValueError(f"temperature must be in [0, 2], got {temperature!r}")
-        super().__init__(
-            num_demos=num_demos,
-            demo_strategy=demo_strategy,
-            value_hints=value_hints,
-            samples=samples,
-            temperature=temperature,
-            repair_rounds=repair_rounds,
-            schema_layout=schema_layout,
-            **stage_registry.role_switches(linker=linker, selector=selector, corrector=corrector),
-            candidate_rules=bool(candidate_rules),
-        )
-        self.num_demos = num_demos
-        self.demo_strategy = demo_strategy
-        self.value_hints = value_hints
-        self.samples = samples
+        super().__init__()
         self.temperature = float(temperature)
-        self.repair_rounds = repair_rounds
-        self.schema_layout = schema_layout
+        self.switches["candidate_rules"] = self.candidate_rules = bool(candidate_rules)
         self.demo_source = DemoSource(demo_strategy, num_demos, pool=pool, retriever=retriever)
         self.generate = Generator(GenerateSQLFromExamples)
         self.linker = stage_registry.build("linker", linker)
@@ -169,7 +154,6 @@ class WeaveSQL(SQLProgram):
             corrector,
             settings={"execution": {"max_rounds": repair_rounds, "retry_on_empty": True}},
         )
-        self.candidate_rules = bool(candidate_rules)
         self.rules = stage_registry.build("corrector", "rules") if candidate_rules else None
 
     def schema_text(self, db: Database, tables: Iterable[str] | None = None) -> str:
@@ -177,25 +161,22 @@ class WeaveSQL(SQLProgram):
         return prompt_schema(db, self.schema_layout, tables)
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
-        stages: list[str] = []
+        ran = stage_registry.Ran()
         schema = self.schema_text(db)
 
         found = self.demo_source.retrieve(question, db, evidence)
-        if found:
-            stages.append("demos")
+        ran.record("demos", self.demo_source)
 
         mentioned: list[tuple[str, str, str]] = []
         if self.value_hints:
             mentioned = ValueIndex.build(db).mentioned(question)
-            stages.append("values")
+            ran.record("values")
 
         linked = stage_registry.link(
-            self.linker, question=question, db=db, db_schema=schema, evidence=evidence
+            self.linker, question=question, db=db, db_schema=schema, evidence=evidence, ran=ran
         )
-        if linked is not None:
-            stages.append("linking")
-            if linked:
-                schema = self.schema_text(db, linked.all_tables)
+        if linked:
+            schema = self.schema_text(db, linked.all_tables)
 
         inputs = {
             "dialect": db.dialect,
@@ -206,36 +187,29 @@ class WeaveSQL(SQLProgram):
             "value_hints": format_values(mentioned),
         }
         candidates = self.sampler(db=db, **inputs)
-        if self.rules is not None:
-            mended = [self.rules(sql=c, db=db, question=question).sql for c in candidates]
-            if mended != candidates:
-                stages.append("rules")
-            candidates = mended
+        ran.record("generator")
         if self.samples > 1:
-            picked = self.selector(
-                candidates=candidates, db=db, question=question, evidence=evidence, db_schema=schema
-            )
-            sql = picked.sql
-            stages.append("vote")
+            ran.record("sampler")
+        if self.rules is not None:
+            candidates = [self.rules(sql=c, db=db, question=question).sql for c in candidates]
+            ran.record("corrector", self.rules)
+        ask = {"db": db, "question": question, "evidence": evidence, "db_schema": schema}
+        if self.samples > 1:
+            sql = ran("selector", self.selector, candidates=candidates, **ask).sql
         else:
             sql = candidates[0]
-            stages.append("generate")
         if not sql:
             sql = next((c for c in candidates if c), "")
 
         history: list[dict[str, Any]] = []
         if self.repair_rounds > 0 and sql:
-            fixed = self.corrector(
-                sql=sql, db=db, question=question, evidence=evidence, db_schema=schema
-            )
+            fixed = ran("corrector", self.corrector, sql=sql, **ask)
             history = list(fixed.history)
-            if fixed.rounds:
-                stages.append("repair")
             sql = fixed.sql
 
         return stage_registry.result(
             sql,
-            stages=stages,
+            stages=ran,
             candidates=candidates,
             linked=linked,
             demos=found,

@@ -811,6 +811,46 @@ def render_columns(
     return "\n".join(lines)
 
 
+def native_ddl(db: Database, tables: Iterable[str] | None = None) -> str:
+    """The database's own CREATE TABLE statements (SQLite), else DDL rendered from introspection.
+
+    ``tables`` (e.g. a linker's) keeps only theirs, matched without regard to case.
+    """
+    keep = None if tables is None else {t.lower() for t in tables}
+    if db.dialect == "sqlite":
+        try:
+            result = db.execute(
+                "SELECT sql, name FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY rowid",
+                use_cache=True,
+            )
+            statements = [
+                str(row[0]).strip()
+                for row in result.rows
+                if keep is None or str(row[1]).lower() in keep
+            ]
+            if statements:
+                return "\n".join(statements)
+        except ExecutionError:
+            pass
+    schema = introspect(db)
+    if keep is not None:
+        schema = schema.subset(tables=[t.name for t in schema.tables if t.name.lower() in keep])
+    return render_ddl(schema, layout="pretty")
+
+
+def prompt_schema(db: Database, layout: str = "native", tables: Iterable[str] | None = None) -> str:
+    """The schema as a generation prompt shows it: ``native`` (:func:`native_ddl`) or a
+    :func:`render_ddl` layout (``compact``, ``pretty``); ``tables`` (a linker's) keeps only
+    theirs."""
+    if layout == "native":
+        return native_ddl(db, tables)
+    schema = introspect(db)
+    if tables is not None:
+        schema = schema.subset(tables=sorted(tables))
+    return render_ddl(schema, layout=layout)
+
+
 __all__ = [
     "VALUE_CHARS",
     "Column",
@@ -821,6 +861,8 @@ __all__ = [
     "clear_cache",
     "ident",
     "introspect",
+    "native_ddl",
+    "prompt_schema",
     "quote",
     "render_columns",
     "render_compact",

@@ -73,15 +73,11 @@ def questions(n: int = FULL_QUESTIONS) -> list[dspy.Example]:
 
 def configurations() -> list[tuple[str, str, dict[str, Any]]]:
     """``(program, config, switches)`` for every registered program (aliases once) and ablation."""
-    import importlib
-
     from sqlweave import programs
-    from sqlweave.programs import _REGISTRY
 
     out = []
     for name in programs.available():
-        module_name, cls_name = _REGISTRY[name].split(":")
-        cls = getattr(importlib.import_module(module_name), cls_name)
+        cls = programs.program_class(name)
         if cls.name != name:  # an alias ("dubo" is dubo_v2)
             continue
         for config, switches in cls.ABLATIONS.items():

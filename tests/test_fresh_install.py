@@ -93,7 +93,7 @@ def test_mage_graph_answers_a_bundled_question_on_a_fresh_install(
     with dspy.context(lm=lm):
         pred = program(question=question.question, db_path=question.db_path)
     assert pred.sql == EASY
-    assert pred.stages == ["draft", "select_demos", "generate", "rules"]
+    assert pred.stages == ["generator", "demos", "generator", "corrector"]
     # Demos come from the bundled train pool, chosen by the draft's structure (counts).
     assert len(pred.demos) == program.num_demos
     assert sum(sql.lower().startswith("select count(") for sql in pred.demo_sql) >= 2

@@ -78,7 +78,7 @@ def test_structure_strategy_drafts_then_generates_with_demos(pool, db) -> None:
     program = MageSQL(strategy="pqgram", pool=pool)
     pred, lm = run(program, [{"sql": EASY}, {"sql": EASY}], db)
     assert len(lm.history) == 2  # draft + generation; easy, no rule fired: no correction
-    assert pred.stages == ["draft", "select_demos", "generate", "rules"]
+    assert pred.stages == ["generator", "demos", "generator", "corrector"]
     assert pred.sql == EASY and pred.draft_sql == EASY and pred.hard_case is False
     # The draft is zero-shot: DDL schema and question, no demos, no database content.
     draft_msgs = lm.history[0]["messages"]
@@ -110,7 +110,7 @@ def test_question_strategies_skip_the_draft_call(pool, db, strategy: str) -> Non
     program = MageSQL(strategy=strategy, pool=pool)
     pred, lm = run(program, [{"sql": EASY}], db)
     assert len(lm.history) == 1 and pred.draft_sql == ""
-    assert pred.stages == ["select_demos", "generate", "rules"]
+    assert pred.stages == ["demos", "generator", "corrector"]
     assert len(pred.demos) == 4
     assert pred.demos[0] in messages(lm, 0)
 
@@ -119,7 +119,7 @@ def test_zero_shot_is_one_call_without_demos(pool, db) -> None:
     program = MageSQL(strategy="none", pool=pool)
     pred, lm = run(program, [{"sql": EASY}], db)
     assert len(lm.history) == 1 and len(lm.history[0]["messages"]) == 1
-    assert pred.demos == [] and pred.stages == ["generate", "rules"]
+    assert pred.demos == [] and pred.stages == ["generator", "corrector"]
 
 
 def test_hard_case_without_rule_gets_one_guided_correction(pool, db) -> None:
@@ -127,7 +127,7 @@ def test_hard_case_without_rule_gets_one_guided_correction(pool, db) -> None:
     question = "Names of singers older than 40 but not older than 50?"
     pred, lm = run(program, [{"sql": HARD}, {"corrected_sql": HARD_FIXED}], db, question=question)
     assert len(lm.history) == 2
-    assert pred.stages == ["select_demos", "generate", "rules", "correct"]
+    assert pred.stages == ["demos", "generator", "corrector"] and pred.guidelines
     assert pred.rules_fired == [] and pred.hard_case is True
     assert pred.generated_sql == HARD and pred.sql == HARD_FIXED
     assert "set_operator" in pred.guidelines
@@ -143,13 +143,13 @@ def test_a_fired_rule_skips_the_prompt_correction(pool, db) -> None:
     pred, lm = run(program, [{"sql": HARD_RULE}], db)
     assert len(lm.history) == 1
     assert pred.rules_fired == ["fix_string_format"] and "'France'" in pred.sql
-    assert pred.hard_case is None and "correct" not in pred.stages
+    assert pred.hard_case is None and not pred.guidelines
 
 
 def test_rule_switch_off_leaves_the_literal_and_asks_the_lm(pool, db) -> None:
     program = MageSQL(strategy="jaccard", pool=pool, rule_correction=False)
     pred, lm = run(program, [{"sql": HARD_RULE}, {"corrected_sql": HARD_RULE}], db)
-    assert len(lm.history) == 2 and "rules" not in pred.stages
+    assert len(lm.history) == 2 and pred.guidelines
     assert "'france'" in pred.sql and pred.rules_fired == []
 
 
@@ -163,7 +163,7 @@ def test_no_correction_returns_the_generated_sql(pool, db) -> None:
     program = MageSQL(**MageSQL.ABLATIONS["no_correction"], strategy="jaccard", pool=pool)
     pred, lm = run(program, [{"sql": HARD_RULE}], db)
     assert len(lm.history) == 1 and pred.sql == HARD_RULE
-    assert pred.stages == ["select_demos", "generate"]
+    assert pred.stages == ["demos", "generator"]  # the corrector did nothing
 
 
 def test_empty_generation_falls_back_to_the_draft(pool, db) -> None:
@@ -181,7 +181,7 @@ def test_samples_are_voted_with_the_generation_and_the_draft(pool, db) -> None:
         pred = program(question=QUESTION, db=db)
     assert len(lm.history) == 2  # the draft and the greedy generation
     assert sampled == [(0, 0.7), (1, 0.7)]  # two distinct rollouts at the temperature
-    assert pred.stages == ["draft", "select_demos", "generate", "samples", "select", "rules"]
+    assert pred.stages == ["generator", "demos", "generator", "sampler", "selector", "corrector"]
     assert pred.candidates == ["SELECT nope FROM singer", EASY, EASY, EASY]  # the draft last
     assert pred.sql == EASY and pred.generated_sql == EASY
 
@@ -349,7 +349,7 @@ def test_every_ablation_builds_and_answers(pool, db, config: str) -> None:
     corrects = program.prompt_correction
     assert len(lm.history) == int(uses_draft) + 1 + int(corrects)
     assert pred.sql == (HARD_FIXED if corrects else HARD)
-    assert ("draft" in pred.stages) == uses_draft
+    assert (pred.stages.count("generator") == 2) == uses_draft
     assert len(pred.demos) == (0 if strategy == "none" else program.num_demos)
 
 
@@ -431,8 +431,8 @@ def test_every_linker(bundled_pool, concert: Database, linker: str) -> None:
     asks = linker in ("forward", "bidirectional")
     answers = [{"sql": HARD}, *([LINKED] if asks else []), {"sql": HARD}, FIXED]
     pred, lm = run_stage(bundled_pool, concert, answers, linker=linker)
-    linking = ["linking"] if linker != "none" else []
-    assert pred.stages == ["draft", "select_demos", *linking, "generate", "rules", "correct"]
+    linking = ["linker"] if linker != "none" else []
+    assert pred.stages == ["generator", "demos", *linking, "generator", "corrector"]
     assert len(lm.history) == len(answers)
     full = MageSQL(strategy="none").schema_text(concert)
     if linker == "none":
@@ -456,7 +456,7 @@ def test_every_selector(bundled_pool, concert: Database, selector: str) -> None:
     pred, lm = run_stage(bundled_pool, concert, answers, selector=selector)
     assert pred.candidates == [EASY, HARD]
     assert pred.generated_sql in pred.candidates
-    assert ("select" in pred.stages) == (selector != "first")
+    assert ("selector" in pred.stages) == (selector != "first")
     # "first" takes the generation, "vote" the earliest of a tie, "lm" the choice 1; all EASY,
     # which needs no correction call.
     assert pred.generated_sql == EASY and pred.sql == EASY
@@ -468,12 +468,12 @@ def test_every_corrector(bundled_pool, concert: Database, corrector: str) -> Non
     pred, lm = run_stage(
         bundled_pool, concert, [{"sql": HARD}, {"sql": HARD}, FIXED], corrector=corrector
     )
-    assert pred.generated_sql == HARD and pred.stages[:3] == ["draft", "select_demos", "generate"]
+    assert pred.generated_sql == HARD and pred.stages[:3] == ["generator", "demos", "generator"]
     expected = {
         "none": (HARD, [], 2),
-        "execution": (HARD, ["execution"], 2),  # HARD runs: nothing to fix
-        "rules": (HARD, ["rules"], 2),  # no rule fires on HARD
-        "mage": (HARD_FIXED, ["rules", "correct"], 3),  # hard, no rule fired: one guided call
+        "execution": (HARD, ["corrector"], 2),  # HARD runs: nothing to fix
+        "rules": (HARD, ["corrector"], 2),  # no rule fires on HARD
+        "mage": (HARD_FIXED, ["corrector"], 3),  # hard, no rule fired: one guided call
     }[corrector]
     assert (pred.sql, pred.stages[3:], len(lm.history)) == expected
     assert (pred.history != []) == (corrector == "mage" or corrector == "execution")

@@ -67,7 +67,7 @@ def test_weave_prompt_has_schema_first_then_demos_values_question(db: Database) 
     with dspy.context(lm=lm):
         pred = program(question="How many singers are from France?", db=db)
     assert pred.sql == "SELECT count(*) FROM singer WHERE country = 'France'"
-    assert pred.stages == ["demos", "values", "vote"]
+    assert pred.stages == ["demos", "values", "generator", "sampler", "selector", "corrector"]
     # Two equal answers settle a vote of three: the third sample is never drawn.
     assert len(pred.candidates) == 2 and len(pred.demos) == 2
     assert "singer.Country = 'France'" in pred.value_hints
@@ -85,7 +85,7 @@ def test_weave_repairs_a_failing_query(db: Database) -> None:
     with dspy.context(lm=lm):
         pred = program(question="Names of singers?", db=db)
     assert pred.sql == "SELECT name FROM singer"
-    assert pred.stages == ["generate", "repair"]
+    assert pred.stages == ["generator", "corrector"]
     assert "no such column" in json.dumps(pred.history).lower()
 
 
@@ -98,7 +98,7 @@ def test_weave_candidate_rules_mend_candidates_before_the_vote(db: Database) -> 
     plain = programs.get("weave", samples=3, value_hints=False, repair_rounds=0)
     with dspy.context(lm=DummyLM(list(answers))):
         before = plain(question="Names of singers in concerts?", db=db)
-    assert before.sql == other and "rules" not in before.stages
+    assert before.sql == other and "corrector" not in before.stages
     mending = programs.get(
         "weave", samples=3, value_hints=False, repair_rounds=0, candidate_rules=True
     )
@@ -106,7 +106,12 @@ def test_weave_candidate_rules_mend_candidates_before_the_vote(db: Database) -> 
     with dspy.context(lm=DummyLM(list(answers))):
         after = mending(question="Names of singers in concerts?", db=db)
     assert after.candidates[0] == after.candidates[1] != wrong
-    assert "T1.Name" in after.sql and after.stages[:2] == ["rules", "vote"]
+    assert "T1.Name" in after.sql and after.stages == [
+        "generator",
+        "sampler",
+        "corrector",
+        "selector",
+    ]
     assert db.execute(after.sql).rows  # it runs
 
 

@@ -138,7 +138,7 @@ def test_full_pipeline_costs_four_calls_and_votes(db: Database, pool) -> None:
     answers = [gen(N_SINGERS), gen(N_STADIUMS), gen(N_SINGERS_2), gen(BROKEN)]
     pred, lm = run(pet(pool), answers, db)
     assert len(lm.calls) == 4
-    assert pred.stages == ["retrieval", "presql", "linking", "finsql", "vote"]
+    assert pred.stages == ["demos", "generator", "linker", "generator", "sampler", "selector"]
     assert pred.linked == ["singer.*"] and pred.history == []
     # FinSQL first, then the samples, then PreSQL (ties go to the earliest candidate).
     assert pred.sources == ["finsql[0]", "sample[1]", "sample[2]", "presql"]
@@ -186,7 +186,7 @@ def test_masked_question_retrieval_with_the_real_encoder(db: Database, pool) -> 
 def test_finsql_sees_only_the_linked_tables(db: Database, pool) -> None:
     pred, lm = run(pet(pool, consistency="none"), [gen(N_SINGERS), gen(N_SINGERS_2)], db)
     assert len(lm.calls) == 2 and pred.sql == N_SINGERS_2 == pred.finsql
-    assert pred.stages == ["retrieval", "presql", "linking", "finsql"]
+    assert pred.stages == ["demos", "generator", "linker", "generator"]
     finsql = lm.calls[1]["last"]
     assert "# singer(" in finsql and "Name[Joe Sharp" in finsql and OR_MARK in finsql
     # Other tables, their values and the foreign keys to them are gone.
@@ -209,7 +209,7 @@ def test_linking_that_keeps_every_table_reuses_presql(db: Database, pool) -> Non
     assert len(lm.calls) == 1
     assert pred.finsql == pred.presql == pred.sql
     assert pred.linked_tables == ["concert", "singer", "singer_in_concert", "stadium"]
-    assert "finsql" not in pred.stages
+    assert pred.stages.count("generator") == 1  # PreSQL only
 
 
 def test_unparsable_presql_falls_back_to_full_schema_and_votes(db: Database, pool) -> None:
@@ -255,7 +255,7 @@ def test_prompt_ablations_drop_their_part_only(
 
 def test_zero_shot_is_one_call_without_demos(db: Database, pool) -> None:
     pred, lm = run(pet(pool, **PETSQL.ABLATIONS["zero_shot"]), [gen(N_SINGERS)], db)
-    assert len(lm.calls) == 1 and pred.stages == ["presql"] and pred.demos == []
+    assert len(lm.calls) == 1 and pred.stages == ["generator"] and pred.demos == []
     assert pred.sql == N_SINGERS and pred.sources == ["presql"]
 
 
@@ -264,7 +264,7 @@ def test_zero_shot_is_one_call_without_demos(db: Database, pool) -> None:
 
 def test_without_linking_presql_is_the_answer(db: Database, pool) -> None:
     pred, lm = run(pet(pool, **PETSQL.ABLATIONS["no_linking"]), [gen(N_SINGERS)], db)
-    assert len(lm.calls) == 1 and pred.stages == ["retrieval", "presql"]
+    assert len(lm.calls) == 1 and pred.stages == ["demos", "generator"]
     assert pred.sql == N_SINGERS and pred.linked_tables == []
 
 
@@ -511,8 +511,8 @@ def assert_contract(pred: dspy.Prediction) -> None:
     assert set(CONTRACT) <= set(pred.keys())
     assert isinstance(pred.sql, str) and pred.sql
     assert all(isinstance(x, str) for x in pred.stages) and pred.stages[:2] == [
-        "retrieval",
-        "presql",
+        "demos",
+        "generator",
     ]
     assert pred.candidates and all(isinstance(c, str) for c in pred.candidates)
     assert all(isinstance(name, str) and "." in name for name in pred.linked)
@@ -525,7 +525,7 @@ def test_every_linker(concert: Database, name: str) -> None:
     program = staged(linker=name)
     assert program.switches["linker"] == name
     for pred in run_questions(program, concert):
-        assert ("linking" in pred.stages) == (name != "none")
+        assert ("linker" in pred.stages) == (name != "none")
         if name == "none":
             assert pred.linked == [] and pred.linked_tables == []
         if not pred.linked:  # an empty link keeps the whole schema
@@ -536,7 +536,7 @@ def test_every_linker(concert: Database, name: str) -> None:
 def test_every_selector(concert: Database, name: str) -> None:
     program = staged(selector=name)
     for pred in run_questions(program, concert):
-        assert pred.stages[-1] == ("vote" if name == "vote" else "selection")
+        assert pred.stages[-1] == "selector"
         assert pred.sql in pred.candidates and len(pred.candidates) == len(pred.sources) == 4
         assert (pred.vote is not None) == (name == "vote")
 
@@ -546,7 +546,7 @@ def test_every_corrector(concert: Database, name: str) -> None:
     program = staged(corrector=name)
     preds = run_questions(program, concert)
     for pred in preds:
-        assert ("correction" in pred.stages) == (name != "none")
+        assert ("corrector" in pred.stages) == (name != "none")
         if name == "none":
             assert pred.history == [] and pred.sql in pred.candidates
     if name == "execution":
@@ -568,8 +568,8 @@ def test_a_pipeline_no_paper_has(concert: Database) -> None:
 
     with dspy.context(lm=ScriptedLM()):
         pred = program(question=STAGE_QUESTIONS[0], db=concert)
-    assert pred.stages[:3] == ["presql", "linking", "finsql"] and pred.linked
-    assert pred.stages[-2:] == ["selection", "correction"]
+    assert pred.stages[:3] == ["generator", "linker", "generator"] and pred.linked
+    assert pred.stages[-2:] == ["selector", "corrector"]
 
 
 def test_a_column_link_keeps_its_columns_and_the_keys(concert: Database) -> None:

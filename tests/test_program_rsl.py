@@ -112,13 +112,13 @@ def test_full_pipeline_runs_the_four_steps_in_order(db, pool, retriever) -> None
     pred, lm = run(rsl(pool, retriever), answers, db)
     assert kinds(lm) == ["link", "generate", "extract", "generate", "select"]
     assert pred.stages == [
-        "forward_linking",
-        "sql1",
-        "backward_linking",
-        "components",
-        "sql2",
-        "selection",
-        "self_correction",
+        "linker",  # forward
+        "generator",  # SQL1
+        "linker",  # backward
+        "extractor",  # components
+        "generator",  # SQL2
+        "selector",
+        "corrector",
     ]
     assert (pred.sql1, pred.sql2, pred.sql3) == (OLDER_40, OLDER_30, OLDER_30)
     assert pred.sql == OLDER_30 and pred.choice == 2 and pred.correction_rounds == 0
@@ -169,7 +169,7 @@ def test_no_selection_call_when_both_answers_agree(db, pool, retriever) -> None:
     answers = [LINK, {"sql": OLDER_40}, PARTS, {"sql": OLDER_40_AGAIN}]
     pred, lm = run(rsl(pool, retriever), answers, db)
     assert kinds(lm) == ["link", "generate", "extract", "generate"]
-    assert "selection_no_call" in pred.stages and pred.sql == OLDER_40
+    assert "selector" in pred.stages and pred.sql == OLDER_40  # it ran, without a call
 
 
 def test_self_correction_on_an_empty_result_is_multi_turn_and_bounded(db, pool, retriever) -> None:
@@ -206,7 +206,7 @@ def test_self_correction_stops_at_the_first_non_empty_answer(db, pool, retriever
 
 def test_base_prompt_is_one_call_without_demos_samples_or_hints(db, pool, retriever) -> None:
     pred, lm = run(rsl(pool, retriever, **RSLSQL.ABLATIONS["base"]), [{"sql": OLDER_40}], db)
-    assert kinds(lm) == ["generate"] and pred.stages == ["sql1"]
+    assert kinds(lm) == ["generate"] and pred.stages == ["generator"]
     text = last_user(lm, 0)
     assert "FOREIGN KEY" in text and "concert_Name" in text
     assert "example rows" not in text and "Columns likely needed" not in text
@@ -503,7 +503,8 @@ def run_staged(program: RSLSQL, db: Database) -> dspy.Prediction:
         assert field in pred, field
     assert pred.sql and pred.candidates == [OLDER_40, EMPTY]
     assert pred.demos == ["Names of farms older than 10?", "How many cities are there?"]
-    assert pred.stages[-1] == "self_correction" and "sql1" in pred.stages
+    last = "selector" if program.switches["corrector"] == "none" else "corrector"  # none: a no-op
+    assert pred.stages[-1] == last and "generator" in pred.stages
     # Rebuilt from its switches (the artefact path), the program has the same stages.
     rebuilt = programs.get("rsl", **program.switches)
     assert [n for n, _ in rebuilt.named_predictors()] == [n for n, _ in program.named_predictors()]
@@ -523,8 +524,9 @@ def test_defaults_are_the_papers_stages() -> None:
 def test_every_linker_runs_in_rsl(bundled_db, tiny_retriever, name: str) -> None:
     pred = run_staged(staged(tiny_retriever, "linker", name), bundled_db)
     forward = name in ("forward", "bidirectional")
-    assert ("forward_linking" in pred.stages) == forward
-    assert ("backward_linking" in pred.stages) == (name not in ("none", "forward"))
+    # The forward part is called before SQL1, the linker itself after it (with SQL1 as its
+    # draft) unless it reads no draft (forward).
+    assert pred.stages.count("linker") == {"none": 0, "bidirectional": 2}.get(name, 1)
     assert bool(pred.forward_linked) == forward
     assert pred.hints[0] == ("Columns likely needed: singer.Age, singer.Name" if forward else "")
     if name == "none":
@@ -541,9 +543,8 @@ def test_every_selector_runs_in_rsl(bundled_db, tiny_retriever, name: str) -> No
     pred = run_staged(staged(tiny_retriever, "selector", name), bundled_db)
     # The LM picks SQL2 (its empty result), which the execution corrector then repairs; the vote
     # prefers the non-empty answer on a tie and "first" takes SQL1 unexecuted.
-    expected = {"lm": (EMPTY, 2, "selection"), "vote": (OLDER_40, 1, "selection_no_call")}
-    sql3, choice, stage = expected.get(name, (OLDER_40, 1, "selection_no_call"))
-    assert (pred.sql3, pred.choice) == (sql3, choice) and stage in pred.stages
+    sql3, choice = (EMPTY, 2) if name == "lm" else (OLDER_40, 1)
+    assert (pred.sql3, pred.choice) == (sql3, choice) and "selector" in pred.stages
     assert pred.sql == (OLDER_30 if name == "lm" else OLDER_40)
 
 
@@ -580,7 +581,7 @@ def test_step_switches_still_decide_whether_a_stage_runs(bundled_db, tiny_retrie
     assert program.linker is None and program.selector is None and program.corrector is None
     with dspy.context(lm=DummyLM(STAGE_REPLIES)):
         pred = program(question=QUESTION, db=bundled_db)
-    assert pred.stages == ["sql1"] and pred.sql == OLDER_40 and pred.candidates == [OLDER_40]
+    assert pred.stages == ["generator"] and pred.sql == OLDER_40 and pred.candidates == [OLDER_40]
 
 
 def test_schemas_are_cached_per_database_for_every_program(bundled_db) -> None:

@@ -106,7 +106,7 @@ def test_direct_samples_vote_and_correct_as_stages(db: Database) -> None:
         )
     assert pred.sql == "SELECT count(*) FROM singer"  # the two that run agree
     assert pred.candidates == [a["sql"] for a in answers]
-    assert pred.stages == ["generate", "select"] and pred.history
+    assert pred.stages == ["generator", "sampler", "selector", "corrector"] and pred.history
 
 
 @pytest.mark.parametrize("linker", ["tables", "columns", "values", "forward", "bidirectional"])
@@ -118,7 +118,7 @@ def test_direct_with_a_linker_prunes_the_schema(db: Database, linker: str) -> No
         pred = programs.get("direct", linker=linker)(
             question="Names of singers from France?", db=db
         )
-    assert pred.stages[0] == "linking" and pred.sql == "SELECT Name FROM singer"
+    assert pred.stages[0] == "linker" and pred.sql == "SELECT Name FROM singer"
     if linker in ("forward", "bidirectional", "values"):
         assert "singer" in " ".join(pred.linked)
         assert 'CREATE TABLE "stadium"' not in pred.schema  # pruned to the linked tables

@@ -97,7 +97,7 @@ class _Instruct(SQLTeleprompter):
 def test_a_registered_optimizer_compiles_through_run_optimizer(
     train: list[dspy.Example], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_REGISTRY", registry._REGISTRY.copy())
     register("instruct", _Instruct)
     with pytest.raises(ValueError, match="already registered"):
         register("instruct", _Instruct)

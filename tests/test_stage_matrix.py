@@ -49,6 +49,7 @@ def test_every_program_runs_with_every_stage(program: str, role: str, name: str)
         assert isinstance(pred.sql, str)
         assert isinstance(pred.stages, list) and all(isinstance(s, str) for s in pred.stages)
         assert pred.stages, "no stage ran"
+        assert set(pred.stages) <= set(stages.LABELS), pred.stages  # one vocabulary for all
         assert isinstance(pred.candidates, list) and all(
             isinstance(c, str) for c in pred.candidates
         )
