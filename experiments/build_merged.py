@@ -23,10 +23,15 @@ import json
 import sqlite3
 from pathlib import Path
 
-from sqlweave.data import SLICES_DIR, load_slice
+from sqlweave.data import (
+    MERGED_SLICES,
+    SLICES_DIR,
+    build_merged_slice,
+    ensure_merged,
+    load_slice,
+)
 from sqlweave.db import Database
-from sqlweave.merge import MERGED_SLICES, build_merged_slice, ensure_merged
-from sqlweave.programs.naive import prompt_schema
+from sqlweave.schema import prompt_schema
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -28,8 +28,7 @@ from sqlglot import exp
 
 from sqlweave.data import load_slice
 from sqlweave.db import Database
-from sqlweave.programs.naive import prompt_schema
-from sqlweave.schema import introspect
+from sqlweave.schema import introspect, prompt_schema
 from sqlweave.schema_filter import SchemaIndex, filter_schema
 from sqlweave.values import ValueIndex
 

@@ -56,6 +56,10 @@ class SQLProgram(dspy.Module):
     INJECTED: ClassVar[frozenset[str]] = frozenset({"pool", "encoder", "retriever"})
     #: The switches this program was built with (see the class docstring).
     switches: dict[str, Any]
+    #: Schema filtering before the program runs (:func:`sqlweave.schema_filter.narrow`):
+    #: ``"auto"`` narrows only a schema that would not fit the LM's context window, ``"on"``
+    #: always, ``"off"`` never. Set it on an instance (``program.schema_filter = "on"``).
+    schema_filter: str = "auto"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -102,8 +106,12 @@ class SQLProgram(dspy.Module):
         **_: Any,
     ) -> dspy.Prediction:
         from sqlweave.adapter import use_default_adapter
+        from sqlweave.schema_filter import narrow
 
         database = resolve_database(db, db_path)
+        # A schema too big for the context window is narrowed to the tables this question needs
+        # (a scoped view: every stage below sees only those; the SQL still runs on the database).
+        database = narrow(database, question, evidence or "", mode=self.schema_filter)
         # Small local models need plain prompts; a user-configured adapter still wins.
         with use_default_adapter():
             return self.answer(question=question, db=database, evidence=evidence or "")

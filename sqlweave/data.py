@@ -26,15 +26,23 @@ import logging
 import os
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import dspy
+from sqlglot.errors import SqlglotError
 
 from sqlweave.db import Database
 from sqlweave.errors import SqlweaveError
 from sqlweave.hardness import spider_hardness
+from sqlweave.merge import (
+    MergedDatabase,
+    check_rewrite,
+    merge_databases,
+    rewrite_sql,
+    table_renames,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -534,8 +542,6 @@ def build_slice_ids(name: str, root: str | Path | None = None) -> list[str]:
 
 def slice_ids(name: str) -> list[str]:
     """The committed question ids of the slice ``name`` (no benchmark data needed)."""
-    from sqlweave.merge import MERGED_SLICES
-
     if name not in SLICES and name not in MERGED_SLICES:
         raise DataError(None, f"unknown slice {name!r}; choose from {', '.join(SLICES)}")
     path = SLICES_DIR / f"{name}.json"
@@ -554,8 +560,6 @@ def load_slice(name: str, root: str | Path | None = None) -> list[dspy.Example]:
     :func:`demo_pool_exclusions` keeps out of every default demo pool); ``<name>-merged`` asks a
     slice's questions of one database holding 48 databases' tables (:mod:`sqlweave.merge`).
     """
-    from sqlweave.merge import MERGED_SLICES, load_merged_slice
-
     if name in MERGED_SLICES:
         return load_merged_slice(name, root=root)
     ids = slice_ids(name)
@@ -594,3 +598,134 @@ def write_slice_files(root: str | Path | None = None) -> list[Path]:
         path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
         written.append(path)
     return written
+
+
+# --- the merged benchmark slices --------------------------------------------------------------
+#
+# ``spider-dev-200-merged`` and ``bird-52-merged`` ask the questions of ``spider-dev-200`` and
+# ``bird-52`` against one file holding the tables of 48 databases: the 16 Spider dev databases,
+# BIRD's superhero, the 8 databases of spider-train-val (so ``spider-train-val-merged`` can tune a
+# schema filter on validation, never on the slices we report), and 23 other Spider train databases
+# as distractors (drawn with a fixed seed). Question ids stay those of the base slice, so a run on a
+# merged slice pairs with the same program's run on the original databases question by question.
+
+MERGED_DB_ID = "merged-48"
+MERGED_SLICES: dict[str, str] = {
+    "spider-dev-200-merged": "spider-dev-200",
+    "bird-52-merged": "bird-52",
+    "spider-train-val-merged": "spider-train-val",
+}
+"""Merged slice name -> the named slice whose questions it asks."""
+N_DISTRACTORS = 23
+
+
+def merged_sources(root: str | Path | None = None) -> dict[str, Path]:
+    """``db_id -> SQLite file`` of the 48 databases merged into :data:`MERGED_DB_ID`, in order."""
+    dev: dict[str, Path] = {}
+    for ex in load_spider("dev", root=root):
+        dev.setdefault(ex.db_id, Path(ex.db_path))
+    for ex in load_bird("dev", root=root):
+        dev.setdefault(ex.db_id, Path(ex.db_path))
+    train = load_spider("train", root=root)
+    held = set(train_val_databases(train))
+    paths: dict[str, Path] = {}
+    for ex in train:
+        if ex.db_id in held:
+            dev.setdefault(ex.db_id, Path(ex.db_path))
+        elif ex.db_id not in dev:
+            paths.setdefault(ex.db_id, Path(ex.db_path))
+    drawn = random.Random(f"{MERGED_DB_ID}:0").sample(sorted(paths), N_DISTRACTORS)
+    return {db: dev[db] for db in sorted(dev)} | {db: paths[db] for db in sorted(drawn)}
+
+
+def merged_cache_dir() -> Path:
+    """``$SQLWEAVE_CACHE/merged`` (or ``~/.cache/sqlweave/merged``): where merged files are built."""
+    from sqlweave.models import cache_dir
+
+    return cache_dir().parent / "merged"
+
+
+def ensure_merged(
+    root: str | Path | None = None, folder: str | Path | None = None
+) -> MergedDatabase:
+    """The merged database of :func:`merged_sources`, built on first use (a few seconds).
+
+    A stamp beside the file names the sources and their sizes; a change rebuilds the file.
+    """
+    sources = merged_sources(root)
+    folder = Path(folder) if folder is not None else merged_cache_dir() / MERGED_DB_ID
+    path = folder / f"{MERGED_DB_ID}.sqlite"
+    stamp = folder / "sources.json"
+    wanted = {db: [str(p), p.stat().st_size] for db, p in sources.items()}
+    if path.is_file() and stamp.is_file():
+        try:
+            if json.loads(stamp.read_text(encoding="utf-8")) == wanted:
+                return MergedDatabase(path=path, renames=_read_renames(sources))
+        except ValueError:
+            pass
+    merged = merge_databases(sources, path)
+    stamp.write_text(json.dumps(wanted, indent=1), encoding="utf-8")
+    return merged
+
+
+def _read_renames(sources: Mapping[str, Path]) -> dict[str, dict[str, str]]:
+    return {db_id: table_renames(db_id, source) for db_id, source in sources.items()}
+
+
+def build_merged_slice(name: str, root: str | Path | None = None) -> dict[str, Any]:
+    """The content of ``sqlweave/slices/<name>.json``: ids, rewritten gold SQL, what was dropped."""
+    if name not in MERGED_SLICES:
+        raise DataError(
+            None, f"unknown merged slice {name!r}; choose from {', '.join(MERGED_SLICES)}"
+        )
+    merged = ensure_merged(root)
+    kept, gold, dropped = [], {}, {}
+    for ex in load_slice(MERGED_SLICES[name], root=root):
+        qid = str(ex.question_id)
+        try:
+            new = rewrite_sql(ex.gold_sql, merged.renames[ex.db_id])
+        except SqlglotError as err:
+            dropped[qid] = f"gold SQL does not parse: {err}"
+            continue
+        if not check_rewrite(ex.gold_sql, ex.db_path, new, merged.path):
+            dropped[qid] = "the rewritten gold SQL returns other rows"
+            continue
+        kept.append(qid)
+        gold[qid] = new
+    return {
+        "name": name,
+        "base": MERGED_SLICES[name],
+        "database": MERGED_DB_ID,
+        "databases": list(merged_sources(root)),
+        "n_tables": merged.n_tables,
+        "question_ids": kept,
+        "gold_sql": gold,
+        "dropped": dropped,
+    }
+
+
+def load_merged_slice(name: str, root: str | Path | None = None) -> list[dspy.Example]:
+    """The examples of a merged slice: the base slice's questions, asked of the merged file.
+
+    ``db_id`` becomes :data:`MERGED_DB_ID`, ``db_path`` the merged file, ``gold_sql`` the committed
+    rewrite; ``source_db_id`` keeps the question's own database for per-database tables.
+    """
+    path = SLICES_DIR / f"{name}.json"
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise DataError(path, f"cannot read the slice file: {err}") from err
+    merged = ensure_merged(root)
+    by_id = {str(ex.question_id): ex for ex in load_slice(payload["base"], root=root)}
+    examples = []
+    for qid in payload["question_ids"]:
+        ex = by_id[qid]
+        examples.append(
+            ex.copy(
+                db_id=MERGED_DB_ID,
+                db_path=str(merged.path),
+                gold_sql=payload["gold_sql"][qid],
+                source_db_id=ex.db_id,
+            )
+        )
+    return examples

@@ -246,6 +246,16 @@ def introspect(
     SQLite file when that folder exists. Results are cached in memory per database fingerprint
     and arguments, so every program asking for the same schema pays once.
     """
+    visible = getattr(db, "visible_tables", None)
+    if visible is not None:
+        # A scoped view (sqlweave.schema_filter.scoped): the whole schema, cached once, cut down.
+        whole = introspect(
+            _unscoped(db),
+            description_dir=description_dir,
+            sample_rows=sample_rows,
+            distinct_values=distinct_values,
+        )
+        return whole.subset(tables=[t.name for t in whole.tables if t.name.lower() in visible])
     desc_dir = _description_dir(db, description_dir)
     key = (db.fingerprint, db.name, str(desc_dir), sample_rows, distinct_values)
     with _CACHE_LOCK:
@@ -265,6 +275,15 @@ def introspect(
             _CACHE[key] = schema
             _BUILDING.pop(key, None)
     return schema
+
+
+def _unscoped(db: Database) -> Database:
+    """``db`` with every table visible again (a scoped view shares the real handle's state)."""
+    import copy
+
+    whole = copy.copy(db)
+    whole.visible_tables = None
+    return whole
 
 
 def clear_cache() -> None:
@@ -814,9 +833,13 @@ def render_columns(
 def native_ddl(db: Database, tables: Iterable[str] | None = None) -> str:
     """The database's own CREATE TABLE statements (SQLite), else DDL rendered from introspection.
 
-    ``tables`` (e.g. a linker's) keeps only theirs, matched without regard to case.
+    ``tables`` (e.g. a linker's) keeps only theirs, matched without regard to case; a scoped
+    view (:func:`sqlweave.schema_filter.scoped`) shows only its visible tables.
     """
     keep = None if tables is None else {t.lower() for t in tables}
+    visible = getattr(db, "visible_tables", None)
+    if visible is not None:
+        keep = set(visible) if keep is None else keep & visible
     if db.dialect == "sqlite":
         try:
             result = db.execute(

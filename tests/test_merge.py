@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from sqlweave.data import MERGED_DB_ID, build_merged_slice
 from sqlweave.merge import (
-    MERGED_DB_ID,
     MergeError,
-    build_merged_slice,
     check_rewrite,
     merge_databases,
     merged_name,

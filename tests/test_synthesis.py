@@ -13,7 +13,7 @@ from dspy.utils import DummyLM
 
 from sqlweave.data import load_questions
 from sqlweave.db import Database
-from sqlweave.synthesis import (
+from sqlweave.optimizers.synthesis import (
     TEMPLATES,
     Draft,
     SynthesisError,
@@ -28,7 +28,7 @@ ANSWER = "SELECT count(*) FROM singer"
 
 def _lm() -> DummyLM:
     # the describer gets QUESTION for every query; direct answers ANSWER to every question
-    return DummyLM({"Write the one question": {"question": QUESTION}, "": {"sql": ANSWER}})
+    return DummyLM({"Answer with the question only": {"question": QUESTION}, "": {"sql": ANSWER}})
 
 
 def test_drafts_run_return_rows_and_cover_the_levels():
@@ -85,21 +85,25 @@ def test_no_tables_and_empty_tables_are_clear_errors(tmp_path: Path):
 
 
 def test_round_trip_keeps_only_pairs_whose_answer_matches(tmp_path: Path):
-    out = tmp_path / "pairs.jsonl"
-    with dspy.context(lm=_lm()):
-        pairs = synthesize(DEMO_CONCERT_DB, 1, out=out, progress=False)
-    assert len(pairs) == 1
-    # direct answered ANSWER, so the kept pair's SQL returns the singer count
     db = Database.open(DEMO_CONCERT_DB)
-    assert db.execute(pairs[0]["gold_sql"]).rows == db.execute(ANSWER).rows
+    drafts = [d for d in draft_queries(db, 6) if isinstance(d, Draft)]
+    # direct answers the third draft's SQL to every question: the first two fail the round trip
+    third = drafts[2].sql
+    assert all(db.execute(d.sql).rows != db.execute(third).rows for d in drafts[:2])
+    lm = DummyLM({"Answer with the question only": {"question": QUESTION}, "": {"sql": third}})
+    out = tmp_path / "pairs.jsonl"
+    with dspy.context(lm=lm):
+        pairs = synthesize(DEMO_CONCERT_DB, 1, out=out, progress=False)
+    assert [p["gold_sql"] for p in pairs] == [third]
     tried = [
         json.loads(x) for x in out.with_name("pairs.jsonl.tried.jsonl").read_text().splitlines()
     ]
-    assert tried[-1]["kept"] and any(not t["kept"] for t in tried)
-    assert any(t["why"].startswith("round trip") for t in tried)
+    checked = [t for t in tried if "question" in t]
+    assert [t["kept"] for t in checked] == [False, False, True]
+    assert checked[0]["why"].startswith("round trip")
     # the file is a questions file
     [ex] = load_questions(out)
-    assert ex.question == QUESTION and ex.gold_sql == pairs[0]["gold_sql"]
+    assert ex.question == QUESTION and ex.gold_sql == third
     assert Path(ex.db_path) == DEMO_CONCERT_DB
 
 
@@ -117,7 +121,7 @@ def test_without_the_round_trip_every_question_is_kept_and_a_rerun_resumes(tmp_p
 
 def test_garbage_questions_are_rejected(tmp_path: Path):
     lm = DummyLM(
-        {"Write the one question": {"question": "SELECT * FROM singer"}, "": {"sql": ANSWER}}
+        {"Answer with the question only": {"question": "SELECT * FROM singer"}, "": {"sql": ANSWER}}
     )
     with dspy.context(lm=lm):
         pairs = synthesize(DEMO_CONCERT_DB, 2, check=False, progress=False)

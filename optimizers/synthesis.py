@@ -49,6 +49,8 @@ MAX_ROWS = 50
 TIMEOUT_S = 5.0
 MAX_DRAWS_PER_PAIR = 12
 """Template draws per wanted pair before giving up (a schema with few usable columns)."""
+ROUND_TRIP_DRAFTS = 6
+"""Checked drafts tried per wanted pair before a run settles for fewer pairs."""
 DIFFICULTY_MIX = {"easy": 0.25, "medium": 0.40, "hard": 0.20, "extra": 0.15}
 """Spider dev's hardness shares, roughly: what the templates are drawn towards."""
 
@@ -424,13 +426,15 @@ def describe(draft: Draft, db: Database, describer: Any) -> str:
     from sqlglot import exp
 
     from sqlweave.adapter import use_default_adapter
-    from sqlweave.schema import native_ddl
+    from sqlweave.schema import render_ddl
 
+    schema = introspect(db)
     try:
-        tables = {t.name for t in sqlglot.parse_one(draft.sql, read="sqlite").find_all(exp.Table)}
+        tree = sqlglot.parse_one(draft.sql, read="sqlite")
+        schema = schema.subset(tables=[t.name for t in tree.find_all(exp.Table)])
     except sqlglot.errors.SqlglotError:
-        tables = None
-    ddl = native_ddl(db, tables)
+        pass
+    ddl = render_ddl(schema, layout="pretty")
     with use_default_adapter():
         try:
             out = describer(db_schema=ddl, sql=draft.sql)
@@ -530,7 +534,9 @@ def synthesize(
         total=n, initial=len(pairs), desc=f"synthesize {database.name}", disable=not progress
     )
     try:
-        for item in draft_queries(database, n - len(pairs), seed=seed + len(tried), skip=skip):
+        # Up to ROUND_TRIP_DRAFTS drafts per pair still wanted: the round trip rejects many.
+        wanted = (n - len(pairs)) * ROUND_TRIP_DRAFTS
+        for item in draft_queries(database, wanted, seed=seed + len(tried), skip=skip):
             if isinstance(item, tuple):
                 verdict = {"template": item[0], "sql": item[1], "kept": False, "why": item[2]}
             else:
