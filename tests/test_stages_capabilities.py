@@ -33,9 +33,8 @@ OLDER_40 = "SELECT Name FROM singer WHERE Age > 40"
 
 @pytest.fixture()
 def db(tmp_path: Path, demo_concert_db: Path) -> Database:
-    copy_ = tmp_path / "concert_singer.sqlite"
-    shutil.copy(demo_concert_db, copy_)
-    return Database.open(copy_)
+    """A copy of the bundled concert_singer database (value indexes are cached beside it)."""
+    return Database.open(shutil.copy(demo_concert_db, tmp_path / "concert_singer.sqlite"))
 
 
 # --- what the built-in stages declare ---------------------------------------------------------------
