@@ -1,0 +1,196 @@
+"""CLI conventions (issue 39): -h, --version, quiet logging, --json, one spelling per option,
+switch types read with typing.get_type_hints, and help text without RST markup."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import typing
+from pathlib import Path
+
+import dspy
+import pytest
+import typer
+from dspy.utils import DummyLM
+from typer.testing import CliRunner
+
+from sqlweave import logs
+from sqlweave.cli import PROGRAM_CARDS, _scalar_of, app, switch_types, typed_switches
+
+runner = CliRunner()
+
+
+@pytest.fixture()
+def dummy_model(monkeypatch: pytest.MonkeyPatch):
+    """The CLI's --model resolves to a DummyLM that answers ``holder["lm"]``."""
+    holder: dict[str, DummyLM] = {}
+
+    def fake_configure(model: str, **options: object) -> DummyLM:
+        holder["options"] = options
+        dspy.configure(lm=holder["lm"])
+        return holder["lm"]
+
+    monkeypatch.setattr("sqlweave.lm.configure", fake_configure)
+    yield holder
+    dspy.configure(lm=None)
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """Each test's logging set-up is undone: other tests read the default configuration."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    levels = {n: logging.getLogger(n).level for n in (*logs.THIRD_PARTY, *logs.DETAIL_LOGGERS)}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, lv in levels.items():
+        logging.getLogger(name).setLevel(lv)
+
+
+def test_version_and_short_help() -> None:
+    from sqlweave import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"sqlweave {__version__}"
+    for args in (["-h"], ["evaluate", "-h"], ["models", "-h"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0 and "Usage:" in result.output, args
+
+
+def test_help_has_no_rst_markup_and_names_gnn_commands() -> None:
+    from sqlweave.gnn.cli import app as gnn_app
+
+    root = runner.invoke(app, ["-h"]).output
+    gnn_commands = [c.name or c.callback.__name__ for c in gnn_app.registered_commands]
+    assert gnn_commands and all(name in root for name in gnn_commands)
+    assert "embed" not in root
+    for command in ("ask", "evaluate", "compile", "inspect", "report", "programs", "demo"):
+        text = runner.invoke(app, [command, "-h"]).output
+        assert "``" not in text and ":func:" not in text, command
+
+
+def test_one_spelling_per_option() -> None:
+    text = runner.invoke(app, ["evaluate", "-h"]).output
+    assert "--lm-threads" in text and "--n-threads" not in text  # the old name is hidden
+    compile_help = runner.invoke(app, ["compile", "-h"], terminal_width=200).output
+    # defaults that say what they are, and the same as the Python API's
+    from sqlweave.api import DEFAULT_MAX_DEMOS, DEFAULT_N_VAL, compile
+
+    assert re.search(rf"--n-val\s.*\[default: {DEFAULT_N_VAL}\]", compile_help)
+    assert re.search(rf"--max-demos\s.*\[default: {DEFAULT_MAX_DEMOS}\]", compile_help)
+    import inspect
+
+    assert inspect.signature(compile).parameters["max_demos"].default == DEFAULT_MAX_DEMOS
+
+
+def test_old_n_threads_still_reaches_the_engine(
+    dummy_model: dict, spider_root: Path, tmp_path: Path
+) -> None:
+    dummy_model["lm"] = DummyLM({"": {"sql": "SELECT 1"}})
+    args = ["evaluate", "--data-root", str(spider_root), "--n", "1", "--no-progress"]
+    args += ["--model", "local:qwen2.5-coder-0.5b", "--out", str(tmp_path / "r.jsonl")]
+    result = runner.invoke(app, [*args, "--n-threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert dummy_model["options"] == {"n_threads": 1}
+    result = runner.invoke(app, [*args, "--lm-threads", "0"])
+    assert result.exit_code == 2 and "--lm-threads must be at least 1" in result.output
+
+
+def test_ask_json(dummy_model: dict, demo_concert_db: Path) -> None:
+    dummy_model["lm"] = DummyLM([{"sql": "SELECT count(*) AS n FROM singer"}])
+    result = runner.invoke(
+        app, ["ask", "How many singers?", "--db", str(demo_concert_db), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    assert answer == {
+        "sql": "SELECT count(*) AS n FROM singer",
+        "columns": ["n"],
+        "rows": [[6]],
+        "truncated": False,
+        "error": None,
+    }
+    dummy_model["lm"] = DummyLM([{"sql": "SELECT zzzq FROM nowhere_table"}])
+    result = runner.invoke(app, ["ask", "Names?", "--db", str(demo_concert_db), "--json"])
+    assert result.exit_code == 1
+    failed = json.loads(result.output)
+    assert failed["rows"] == [] and failed["error"]["kind"] and failed["error"]["message"]
+
+
+def test_evaluate_json_in_percent(dummy_model: dict, spider_root: Path, tmp_path: Path) -> None:
+    dummy_model["lm"] = DummyLM({"": {"sql": "SELECT 1"}})
+    out = tmp_path / "r.jsonl"
+    result = runner.invoke(
+        app,
+        ["evaluate", "--data-root", str(spider_root), "--n", "2", "--out", str(out), "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)  # nothing but the object: no progress bar, no log line
+    assert summary["n"] == 2 and summary["records"] == str(out)
+    assert 0 <= summary["ex_pct"] <= 100 and len(summary["ci95_pct"]) == 2
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    expected = 100 * sum(r["correct"] for r in records) / len(records)
+    assert summary["ex_pct"] == pytest.approx(expected)
+
+
+def test_quiet_logging_hides_third_party_debug_and_cuts_long_lines(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    logs.setup(logs.NORMAL)
+    bm25s = logging.getLogger("bm25s")
+    bm25s.setLevel(logging.DEBUG)  # what bm25s does on import
+    bm25s.debug("Building index from tokens")
+    logging.getLogger("dspy.teleprompt.bootstrap").error("Failed to run example %s", "x" * 2000)
+    logging.getLogger("sqlweave.somewhere").warning("first line\nCREATE TABLE a (b);" + "y" * 500)
+    err = capfd.readouterr().err
+    assert "Building index" not in err and "Failed to run example" not in err
+    lines = [line for line in err.splitlines() if line]
+    assert len(lines) == 1 and lines[0].endswith("first line")
+
+    logs.setup(logs.VERBOSE)
+    logging.getLogger("bm25s").info("Building index from tokens")
+    logging.getLogger("dspy.teleprompt.bootstrap").error("Failed to run example %s", "x" * 2000)
+    err = capfd.readouterr().err
+    assert "Building index" in err and "x" * 2000 in err
+
+    logs.setup(logs.QUIET)
+    logging.getLogger("sqlweave.somewhere").warning("a warning")
+    logging.getLogger("dspy").info("dspy info")
+    assert capfd.readouterr().err == ""
+
+
+def test_switch_types_come_from_type_hints() -> None:
+    from sqlweave.programs import available, program_class
+
+    assert _scalar_of(int, Parameter_empty()) == (int, False)
+    assert _scalar_of(int | None, None) == (int, True)
+    assert _scalar_of(typing.Optional[str], Parameter_empty()) == (str, True)  # noqa: UP045
+    assert _scalar_of(typing.Literal["a", "b"], "a") == (str, False)
+    assert _scalar_of(dspy.Module, Parameter_empty()) == (None, False)
+    assert _scalar_of(str | dspy.Module, "none") == (str, False)  # a stage set by name
+    weave = switch_types(program_class("weave"))
+    assert weave["samples"] == (int, False) and weave["num_demos"][0] is int
+    assert typed_switches("weave", ["samples=3", "value_hints=no"]) == {
+        "samples": 3,
+        "value_hints": False,
+    }
+    with pytest.raises(typer.Exit):
+        typed_switches("weave", ["samples=many"])
+    for name in available():  # every program's switches resolve
+        assert switch_types(program_class(name)) is not None
+
+
+def Parameter_empty():  # noqa: N802 - names inspect.Parameter.empty
+    from inspect import Parameter
+
+    return Parameter.empty
+
+
+def test_every_program_has_a_card() -> None:
+    from sqlweave.programs import available
+
+    assert set(available()) <= set(PROGRAM_CARDS)
+    lines = runner.invoke(app, ["programs"]).output.split("\n\n")[0].splitlines()
+    assert [line.split()[0] for line in lines] == available()
