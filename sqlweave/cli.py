@@ -376,6 +376,40 @@ def _run_identity(program: str, prog: Any, model: str, api_base: str | None) -> 
     return identity
 
 
+def source_commit() -> str | None:
+    """The git commit of the sqlweave checkout this runs from, or None (an installed package,
+    no git): recorded beside evaluation records so a report can say what code made them."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = done.stdout.strip()
+    return commit if done.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", commit) else None
+
+
+def _record_provenance(out: Path) -> None:
+    """Add the commit (and sqlweave's version) to ``<out>.run.json`` beside the run identity
+    (``_run``), which stays what a resume compares; a failure here never fails the run."""
+    from sqlweave import __version__
+    from sqlweave.evaluate import run_identity_path
+
+    path = run_identity_path(out)
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        payload["provenance"] = {"commit": source_commit(), "sqlweave": __version__}
+        path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    except (OSError, ValueError, TypeError, AttributeError):
+        logger.debug("could not record provenance beside %s", out, exc_info=True)
+
+
 def _run_stem(program: str, prog: Any, name: str) -> str:
     """The program part of a default output name: the registry name (with a short hash of its
     switches, if any), or the artefact's file name when it differs from its program name."""
@@ -646,6 +680,7 @@ def evaluate(
             err=True,
         )
         raise typer.Exit(code=130) from None
+    _record_provenance(out)
     if json_:
         payload = _summary_json(summary, out)
     else:
@@ -1227,6 +1262,7 @@ def demo(
     except ValueError as err:  # the records there are another run's
         _fail(str(err))
     _print_summary(summary)
+    _record_provenance(records_path)
     try:
         from sqlweave.report import write_report
 
@@ -1298,7 +1334,9 @@ def report(
         list[str] | None, typer.Option("--name", help="display name per run, in order")
     ] = None,
 ) -> None:
-    """One self-contained HTML page of plots: EX per difficulty, paired differences, errors, cost."""
+    """One self-contained HTML page: EX per difficulty and per database, paired differences
+    against the first run, error classes (LM failures apart), cost, each run's provenance, and
+    a per-question table filtered by gained, lost, all wrong or LM failure."""
     from sqlweave.report import write_report
 
     try:

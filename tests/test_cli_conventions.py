@@ -130,6 +130,15 @@ def test_evaluate_json_in_percent(dummy_model: dict, spider_root: Path, tmp_path
     summary = json.loads(result.output)  # nothing but the object: no progress bar, no log line
     assert summary["n"] == 2 and summary["records"] == str(out)
     assert 0 <= summary["ex_pct"] <= 100 and len(summary["ci95_pct"]) == 2
+    # The commit that made the records sits beside the run identity, for the report.
+    from sqlweave import __version__
+    from sqlweave.report import read_provenance
+
+    sidecar = json.loads(out.with_name(out.name + ".run.json").read_text())
+    assert sidecar["provenance"]["sqlweave"] == __version__
+    commit = sidecar["provenance"]["commit"]
+    assert commit is None or re.fullmatch(r"[0-9a-f]{40}", commit)
+    assert read_provenance(out)["program"] == "direct"
     records = [json.loads(line) for line in out.read_text().splitlines()]
     expected = 100 * sum(r["correct"] for r in records) / len(records)
     assert summary["ex_pct"] == pytest.approx(expected)
