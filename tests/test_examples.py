@@ -143,3 +143,21 @@ def test_format_1_artefact_is_read_with_ex_in_percent(tmp_path: Path, db_file: P
     program, loaded = load_program(path)
     assert loaded.val_ex_pct == 25.0 and loaded.val_ex == 0.25
     assert len(program.generate.demos) == 2
+
+
+def test_the_readme_questions_file_format(tmp_path: Path, db_file: Path) -> None:
+    """The format the README shows for your own data: JSON Lines with question, sql, db_path
+    (relative to the file) and optional evidence / question_id."""
+    from sqlweave.data import load_questions
+
+    lines = [
+        {"question": "How many singers?", "sql": "SELECT count(*) FROM singer", "db_path": db_file.name},
+        {"question": "Stadium names?", "sql": "SELECT name FROM stadium", "db_path": db_file.name,
+         "evidence": "", "question_id": "mine-2"},
+    ]  # fmt: skip
+    path = tmp_path / "questions.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    first, second = load_questions(path)
+    assert first.gold_sql == "SELECT count(*) FROM singer" and first.db_path == str(db_file)
+    assert second.question_id == "mine-2" and first.db_id == "concert"
+    assert as_examples([first, second])[1].gold_sql == "SELECT name FROM stadium"
