@@ -1133,8 +1133,9 @@ def _kept_defaults_line(meta: Any, program: Any) -> str | None:
             else "the compile kept the program's defaults (the search found nothing better)"
         )
     return (
-        "the compile kept the program as it was: no demonstration passed the metric on the "
-        "train examples (try more --n-train, a larger --budget or a stronger model)"
+        "the compile kept the program as it was: no demonstration added, no instruction or "
+        "switch changed (a bootstrap keeps only traces that pass the metric: try more "
+        "--n-train, a larger --budget or a stronger model)"
     )
 
 
@@ -1207,7 +1208,11 @@ def demo(
     n_train: Annotated[int, typer.Option(help="bundled train examples for compiling")] = 16,
     n_dev: Annotated[int, typer.Option(help="bundled dev questions to evaluate")] = 20,
     n_val: Annotated[
-        int, typer.Option(help="validation questions the search scores each choice on")
+        int,
+        typer.Option(
+            help="validation questions (compile's --n-val, from spider-train-val); the search "
+            "scores each choice on all of them"
+        ),
     ] = 10,
     data_root: DataRootOpt = None,
     quiet: QuietOpt = False,

@@ -203,3 +203,58 @@ def test_every_program_has_a_card() -> None:
     assert set(available()) <= set(PROGRAM_CARDS)
     lines = runner.invoke(app, ["programs"]).output.split("\n\n")[0].splitlines()
     assert [line.split()[0] for line in lines] == available()
+
+
+def test_compile_on_a_questions_file_says_when_it_kept_the_defaults(
+    dummy_model: dict, tmp_path: Path, demo_concert_db: Path
+) -> None:
+    """The README's `compile --train my_questions.jsonl`: one database, so a seeded fifth of
+    the questions validates; a compile that changes nothing (no demo allowed, every trace
+    wrong) says so in one line instead of saving a silent no-op."""
+    rows = [
+        ("How many singers?", "SELECT count(*) FROM singer"),
+        ("How many concerts?", "SELECT count(*) FROM concert"),
+        ("How many stadiums?", "SELECT count(*) FROM stadium"),
+        ("Singer names?", "SELECT name FROM singer"),
+        ("Stadium names?", "SELECT name FROM stadium"),
+    ]
+    questions = tmp_path / "mine.jsonl"
+    questions.write_text(
+        "\n".join(
+            json.dumps({"question": q, "sql": s, "db_path": str(demo_concert_db)}) for q, s in rows
+        )
+        + "\n"
+    )
+    dummy_model["lm"] = DummyLM({"": {"sql": "SELECT 1"}})  # wrong on every question
+    out = tmp_path / "mine.json"
+    result = runner.invoke(
+        app,
+        ["compile", "--train", str(questions), "--optimizer", "bootstrap", "--max-demos", "0",
+         "--out", str(out), "--no-progress"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "compiled direct with bootstrap on 4 train examples" in result.output
+    assert "validation EX 0.0% (n=1) on a seeded 20% of the train questions" in result.output
+    assert "the compile kept the program as it was: no demonstration added" in result.output
+    inspected = runner.invoke(app, ["inspect", str(out)]).output
+    assert "nothing: the compile kept the uncompiled program" in inspected
+
+
+def test_a_search_that_kept_the_defaults_says_why() -> None:
+    from sqlweave import programs
+    from sqlweave.cli import _kept_defaults_line
+    from sqlweave.optimizers.artifact import ArtifactMeta
+
+    search = {
+        "n_val": 10,
+        "trials": [
+            {"switches": {"samples": 1}, "score": 0.6, "status": "done"},
+            {"switches": {"samples": 3}, "score": 0.5, "status": "done"},
+        ],
+    }
+    meta = ArtifactMeta(program="direct", extra={"details": {"search": search}})
+    line = _kept_defaults_line(meta, programs.get("direct"))
+    assert line is not None and line.startswith("the compile kept the program's defaults")
+    assert "10 validation questions they scored 60.0%, the best other choice 50.0%" in line
+    changed = ArtifactMeta(program="direct", switches={"samples": 3})
+    assert _kept_defaults_line(changed, programs.get("direct", samples=3)) is None
