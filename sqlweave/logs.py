@@ -81,6 +81,7 @@ def setup(verbosity: int = NORMAL) -> None:
     for name in DETAIL_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO if verbosity >= VERBOSE else logging.CRITICAL)
     _tame_dspy(level)
+    _hub_progress_bars(verbosity >= VERBOSE)
 
 
 def _tame_dspy(level: int) -> None:
@@ -94,3 +95,19 @@ def _tame_dspy(level: int) -> None:
             dspy_logger.removeHandler(existing)
     dspy_logger.propagate = True
     dspy_logger.setLevel(level)
+
+
+def _hub_progress_bars(enabled: bool) -> None:
+    """Hugging Face's own progress bars ("Loading weights" of the sentence encoder, downloads)
+    are details beside sqlweave's bars: shown with ``--verbose`` only. transformers reads the
+    hub's setting when it is imported, and is told directly when it already was."""
+    import sys
+
+    try:
+        from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+    except ImportError:  # the embeddings extra is optional
+        return
+    (enable_progress_bars if enabled else disable_progress_bars)()
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    if hf_logging is not None:
+        (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()

@@ -43,6 +43,7 @@ def _restore_logging():
     handlers, level = list(root.handlers), root.level
     levels = {n: logging.getLogger(n).level for n in (*logs.THIRD_PARTY, *logs.DETAIL_LOGGERS)}
     yield
+    logs._hub_progress_bars(True)
     root.handlers[:] = handlers
     root.setLevel(level)
     for name, lv in levels.items():
@@ -164,7 +165,10 @@ def test_quiet_logging_hides_third_party_debug_and_cuts_long_lines(
     err = capfd.readouterr().err
     assert "Building index" in err and "x" * 2000 in err
 
+    hub = pytest.importorskip("huggingface_hub.utils")
+    assert not hub.are_progress_bars_disabled()  # verbose: the encoder's own bars show
     logs.setup(logs.QUIET)
+    assert hub.are_progress_bars_disabled()  # "Loading weights" no longer between our bars
     logging.getLogger("sqlweave.somewhere").warning("a warning")
     logging.getLogger("dspy").info("dspy info")
     assert capfd.readouterr().err == ""
