@@ -1063,16 +1063,34 @@ def _diff_lines(program: Any, meta: Any) -> list[str]:
     return lines
 
 
+def _search_of(meta: Any) -> dict[str, Any]:
+    search = (meta.extra.get("details") or {}).get("search")
+    return search if isinstance(search, dict) else {}
+
+
+def _search_moved(meta: Any) -> dict[str, Any]:
+    """The switches a switch search chose away from the program it started from (its first
+    trial); empty when it kept them or there was no search."""
+    search = _search_of(meta)
+    trials = search.get("trials") or []
+    start = trials[0].get("switches", {}) if trials and isinstance(trials[0], dict) else {}
+    chosen = search.get("chosen") or {}
+    return {k: v for k, v in chosen.items() if start.get(k, v) != v}
+
+
 def _switch_changes(meta: Any) -> list[str]:
-    """Switches of the artefact that differ from the program's defaults, ``name: default -> now``."""
+    """Switches of the artefact that differ from the program's defaults,
+    ``name: default -> now`` and who changed it (the search, or the user before compiling)."""
     from sqlweave import programs
 
     try:
         defaults = programs.get(meta.program).switches
     except Exception:  # a program that cannot be built here: nothing to compare with
         return []
+    moved = _search_moved(meta)
     return [
-        f"{key}: {defaults.get(key, '(none)')} -> {value}"
+        f"{key}: {defaults.get(key, '(none)')} -> {value} "
+        + ("(chosen by the search)" if key in moved else "(set before compiling)")
         for key, value in meta.switches.items()
         if defaults.get(key) != value
     ]
@@ -1100,7 +1118,7 @@ def _summary_lines(program: Any, meta: Any, payload: dict[str, Any]) -> list[str
             f"  demos per question: the {payload['knn']['k']} nearest of "
             f"{len(payload['knn']['pool'])} train demos (knn)"
         )
-    if not _changed(switches, _diff_lines(program, meta)) and "knn" not in payload:
+    if _kept_defaults_line(meta, program) is not None and "knn" not in payload:
         lines.append("  nothing: the compile kept the uncompiled program (see the search below)")
     return lines
 
@@ -1114,23 +1132,26 @@ def _changed(switches: list[str], diff: list[str]) -> bool:
 
 
 def _kept_defaults_line(meta: Any, program: Any) -> str | None:
-    """One line when a compile changed nothing a user can see, saying why; else None."""
-    if meta.extra.get("details", {}).get("knn") or _changed(
-        _switch_changes(meta), _diff_lines(program, meta)
+    """One line when a compile changed nothing a user can see, saying why; else None.
+
+    Switches set before compiling (``--set``) are the user's, not the compile's: what counts is
+    a demo, an instruction, a KNN pool or a switch the search moved."""
+    if (
+        meta.extra.get("details", {}).get("knn")
+        or _search_moved(meta)
+        or _changed([], _diff_lines(program, meta))
     ):
         return None
-    search = (meta.extra.get("details") or {}).get("search") or {}
+    search = _search_of(meta)
     trials = [t for t in search.get("trials", []) if t.get("score") is not None]
-    if trials:
-        best = max(t["score"] for t in trials)
-        others = [t["score"] for t in trials[1:]]
+    if len(trials) > 1:
+        others = max(t["score"] for t in trials[1:])
         return (
-            f"the compile kept the program's defaults: on {search.get('n_val')} validation "
-            f"questions they scored {100 * trials[0]['score']:.1f}%, the best other choice "
-            f"{100 * max(others):.1f}% (a tie keeps the defaults); more validation questions "
-            "or a stronger model may choose otherwise"
-            if others and best == trials[0]["score"]
-            else "the compile kept the program's defaults (the search found nothing better)"
+            f"the compile kept the program's own switches and added no demo: on "
+            f"{search.get('n_val')} validation questions they scored "
+            f"{100 * trials[0]['score']:.1f}%, the best other choice {100 * others:.1f}% (a tie "
+            "keeps the program as it is); more validation questions (--n-val) or a stronger "
+            "model may choose otherwise"
         )
     return (
         "the compile kept the program as it was: no demonstration added, no instruction or "

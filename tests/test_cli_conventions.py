@@ -256,9 +256,20 @@ def test_a_search_that_kept_the_defaults_says_why() -> None:
             {"switches": {"samples": 3}, "score": 0.5, "status": "done"},
         ],
     }
-    meta = ArtifactMeta(program="direct", extra={"details": {"search": search}})
+    meta = ArtifactMeta(program="direct", extra={"details": {"search": search}})  # fmt: skip
     line = _kept_defaults_line(meta, programs.get("direct"))
-    assert line is not None and line.startswith("the compile kept the program's defaults")
+    assert line is not None and line.startswith("the compile kept the program's own switches")
     assert "10 validation questions they scored 60.0%, the best other choice 50.0%" in line
-    changed = ArtifactMeta(program="direct", switches={"samples": 3})
-    assert _kept_defaults_line(changed, programs.get("direct", samples=3)) is None
+    # A switch set before compiling is not the compile's change; one the search moved is.
+    kept = ArtifactMeta(
+        program="direct",
+        switches={"samples": 1},
+        extra={"details": {"search": {**search, "chosen": {"samples": 1}}}},
+    )
+    assert _kept_defaults_line(kept, programs.get("direct", samples=1)) is not None
+    moved = ArtifactMeta(
+        program="direct",
+        switches={"samples": 3},
+        extra={"details": {"search": {**search, "chosen": {"samples": 3}}}},
+    )
+    assert _kept_defaults_line(moved, programs.get("direct", samples=3)) is None
