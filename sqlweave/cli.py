@@ -1216,7 +1216,12 @@ def gnn(ctx: typer.Context) -> None:
     except Exception as err:  # any import failure must not break the rest of the CLI
         _fail(f"the gnn commands are not available: {type(err).__name__}: {err}")
     command = typer.main.get_command(gnn_app)
-    command.main(args=list(ctx.args), prog_name="sqlweave gnn", standalone_mode=True)
+    command.main(
+        args=list(ctx.args),
+        prog_name="sqlweave gnn",
+        standalone_mode=True,
+        help_option_names=_HELP["help_option_names"],  # -h there too; subcommands inherit it
+    )
 
 
 @app.command()

@@ -55,7 +55,13 @@ def test_version_and_short_help() -> None:
 
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.strip() == f"sqlweave {__version__}"
-    for args in (["-h"], ["evaluate", "-h"], ["models", "-h"]):
+    for args in (
+        ["-h"],
+        ["evaluate", "-h"],
+        ["models", "-h"],
+        ["gnn", "-h"],
+        ["gnn", "train", "-h"],
+    ):
         result = runner.invoke(app, args)
         assert result.exit_code == 0 and "Usage:" in result.output, args
 
