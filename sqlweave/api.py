@@ -197,9 +197,10 @@ def default_validation(
         ex.get("source") == "spider" and ex.get("split") == "train" for ex in trainset
     ):
         # The slice's questions come from the same Spider folder as the train questions.
-        spider_dir = Path(str(trainset[0].get("db_path") or "")).parents[2]
+        # (<spider>/database/<db_id>/<db_id>.sqlite): no such path, no slice.
+        parents = Path(str(trainset[0].get("db_path") or "")).parents
         try:
-            whole = load_slice(HELD_OUT_SLICE, root=spider_dir)
+            whole = load_slice(HELD_OUT_SLICE, root=parents[2]) if len(parents) > 2 else []
         except DataError:
             whole = []
         if whole:
