@@ -279,3 +279,17 @@ def test_a_search_that_kept_the_defaults_says_why() -> None:
         extra={"details": {"search": {**search, "chosen": {"samples": 3}}}},
     )
     assert _kept_defaults_line(moved, programs.get("direct", samples=3)) is None
+
+
+def test_evaluate_json_with_a_baseline(
+    dummy_model: dict, spider_root: Path, tmp_path: Path
+) -> None:
+    dummy_model["lm"] = DummyLM({"": {"sql": "SELECT 1"}})
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    base = ["evaluate", "--data-root", str(spider_root), "--n", "2", "--json"]
+    assert runner.invoke(app, [*base, "--out", str(first)]).exit_code == 0
+    result = runner.invoke(app, [*base, "--out", str(second), "--baseline", str(first)])
+    assert result.exit_code == 0, result.output
+    cmp = json.loads(result.output)["baseline"]
+    assert cmp["path"] == str(first) and cmp["n_shared"] == 2
+    assert cmp["delta_points"] == 0.0 and cmp["only_run"] == cmp["only_baseline"] == 0
