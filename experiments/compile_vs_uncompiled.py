@@ -168,7 +168,12 @@ def summarize(args: argparse.Namespace, artefact: Path, compile_wall: float | No
             "budget_exhausted": extra.get("budget_exhausted"),
             "n_train": meta.get("n_train"),
             "n_val": meta.get("n_val"),
-            "val_ex": meta.get("val_ex"),
+            # a fraction, as this file always held; artefacts now store a percentage
+            "val_ex": (
+                meta["val_ex_pct"] / 100
+                if meta.get("val_ex_pct") is not None
+                else meta.get("val_ex")
+            ),
         },
         "chosen": search.get("chosen"),
         "search_trials": [

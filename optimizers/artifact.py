@@ -6,7 +6,16 @@ compiled with, sqlweave and dspy versions, a hash of the train set, the validati
 optimizer with its budget, LM calls and wall time, and the optimizer's details
 (``meta.extra["details"]``: random-search scores, the switch search's space, choice and trials).
 A KNN-compiled program also stores its demo pool. A program chosen by the switch search is
-rebuilt from its saved switches, so loading needs no training data. Loading checks every part and names the file and the problem when something is off: a
+rebuilt from its saved switches, so loading needs no training data.
+
+Format 2 lays the predictors' state out as DSPy's own ``Module.save`` does (one top-level key
+per predictor, plus ``metadata.dependency_versions``), so ``program.load("x.json")`` works on an
+artefact too; :func:`sqlweave.load` is still the way to get the program *with* its switches and
+KNN pool. Format 1 (the state under ``"state"``) is still read. EX is a percentage wherever a
+person reads it: the meta field is ``val_ex_pct``; a format-1 ``val_ex`` (a fraction) is read
+as ``val_ex_pct = 100 * val_ex``.
+
+Loading checks every part and names the file and the problem when something is off: a
 missing file, bad or truncated JSON, a wrong layout, an unknown program, a newer format, or
 predictor names that do not match the program this sqlweave builds under that name.
 """
@@ -31,7 +40,9 @@ from sqlweave.programs import SQLProgram, available, get, program_class
 logger = logging.getLogger(__name__)
 
 FORMAT = "sqlweave-program"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Top-level keys of an artefact that are not predictor state (format 2).
+RESERVED = frozenset({"format", "format_version", "versions", "meta", "metadata", "knn", "state"})
 
 
 class ArtifactError(SqlweaveError):
@@ -47,13 +58,19 @@ class ArtifactMeta:
     lm: str | None = None
     optimizer: str | None = None
     trainset_hash: str | None = None
-    val_ex: float | None = None
+    #: Validation EX in percent (0-100).
+    val_ex_pct: float | None = None
     budget: int | None = None
     lm_calls: int | None = None
     compile_seconds: float | None = None
     n_train: int | None = None
     n_val: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def val_ex(self) -> float | None:
+        """Validation EX as a fraction (0-1), for code written before ``val_ex_pct``."""
+        return None if self.val_ex_pct is None else self.val_ex_pct / 100
 
 
 def trainset_hash(examples: list[dspy.Example]) -> str:
@@ -66,14 +83,22 @@ def trainset_hash(examples: list[dspy.Example]) -> str:
 
 def save_program(program: SQLProgram, path: str | Path, meta: ArtifactMeta) -> Path:
     """Write ``program`` to ``path`` atomically (a crash never leaves half a file)."""
+    from dspy.utils.saving import get_dependency_versions
+
     import sqlweave
 
+    state = program.dump_state()
+    clash = sorted(RESERVED & set(state))
+    if clash:
+        raise ArtifactError(f"cannot save {meta.program!r}: predictor names {clash} are reserved")
     payload: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "versions": {"sqlweave": sqlweave.__version__, "dspy": dspy.__version__},
         "meta": asdict(meta),
-        "state": program.dump_state(),
+        **state,
+        # What DSPy's Module.load reads (it warns when the versions differ).
+        "metadata": {"dependency_versions": get_dependency_versions()},
     }
     knn = getattr(program, "knn_pool", None)
     if knn:
@@ -112,12 +137,15 @@ def read_artifact(path: str | Path) -> dict[str, Any]:
             f"{path} has format version {version}, newer than the {FORMAT_VERSION} this sqlweave "
             "reads; upgrade sqlweave or recompile it with this version"
         )
-    if version != FORMAT_VERSION:
+    if version < 1:
         raise ArtifactError(
-            f"{path} has format version {version}, this sqlweave reads {FORMAT_VERSION}; "
+            f"{path} has format version {version}, this sqlweave reads 1 to {FORMAT_VERSION}; "
             "recompile it with this version"
         )
     meta = payload.get("meta")
+    if version >= 2:
+        # Normalised to format 1's layout for every reader: the predictors under "state".
+        payload["state"] = {k: v for k, v in payload.items() if k not in RESERVED}
     state = payload.get("state")
     if not isinstance(meta, dict) or not isinstance(meta.get("program"), str):
         raise ArtifactError(f"{path} is corrupted or incompatible: 'meta.program' is missing")
@@ -160,6 +188,10 @@ def _knn_problem(knn: dict[str, Any]) -> str | None:
 
 def _meta_from(path: Path, raw: dict[str, Any]) -> ArtifactMeta:
     known = {f.name for f in dataclasses.fields(ArtifactMeta)}
+    raw = dict(raw)
+    legacy = raw.pop("val_ex", None)  # format 1: a fraction
+    if "val_ex_pct" not in raw and isinstance(legacy, int | float) and not isinstance(legacy, bool):
+        raw["val_ex_pct"] = 100 * legacy
     kwargs = {k: v for k, v in raw.items() if k in known}
     unknown = {k: v for k, v in raw.items() if k not in known}
     try:

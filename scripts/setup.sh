@@ -15,7 +15,9 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
 fi
 # llama-cpp-python compiles from source (~6 min on 2 cores); pip caches the wheel afterwards.
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
-.venv/bin/pip install --quiet -e ".[local,served,report,postgres,duckdb,embeddings,mipro,dev]"
+# setuptools announces every editable install with a multi-line notice (a package-dir layout
+# needs its import finder); it says nothing about this project, so it is silenced here.
+PYTHONWARNINGS="ignore:Editable installation" .venv/bin/pip install --quiet -e ".[local,served,report,postgres,duckdb,embeddings,mipro,dev]"
 # Headless Chromium renders the HTML report in tests/test_report.py (Debian's package). Needs
 # root; without it the report test skips with its reason.
 if ! command -v chromium >/dev/null 2>&1; then

@@ -13,6 +13,7 @@ from sqlweave.errors import SqlweaveError
 
 if TYPE_CHECKING:
     from sqlweave.api import CompiledProgram, Result, ask, compile, configure, load
+    from sqlweave.examples import Example
     from sqlweave.optimizers.artifact import ArtifactError
 
 __version__ = "0.1.0"
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "CompiledProgram": "sqlweave.api",
     "Result": "sqlweave.api",
+    "Example": "sqlweave.examples",
     "ask": "sqlweave.api",
     "compile": "sqlweave.api",
     "configure": "sqlweave.api",
@@ -44,6 +46,7 @@ __all__ = [
     "ArtifactError",
     "CompiledProgram",
     "Database",
+    "Example",
     "ExecutionError",
     "QueryResult",
     "Result",

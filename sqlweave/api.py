@@ -5,7 +5,7 @@ import sqlweave
 from sqlweave.data import load_spider
 
 sqlweave.configure("local:qwen2.5-coder-0.5b")
-p = sqlweave.compile("direct", load_spider("train")[:20], optimizer="bootstrap", budget=40)
+p = sqlweave.compile("direct", load_spider("train")[:40], optimizer="bootstrap", budget=40)
 p.save("direct.json")
 
 p = sqlweave.load("direct.json")
@@ -93,7 +93,7 @@ class CompiledProgram(dspy.Module):
     def __repr__(self) -> str:
         return (
             f"CompiledProgram({self.meta.program!r}, optimizer={self.meta.optimizer!r}, "
-            f"val_ex={self.meta.val_ex})"
+            f"val_ex_pct={self.meta.val_ex_pct})"
         )
 
     def forward(
@@ -170,15 +170,84 @@ def _lm_spec() -> str | None:
         return getattr(lm, "model", None)
 
 
+#: Demonstrations per predictor: one default for ``sqlweave.compile`` and ``sqlweave compile``.
+DEFAULT_MAX_DEMOS = 2
+#: Validation questions the default validation policy takes.
+DEFAULT_N_VAL = 20
+#: The named slice whose databases no default demo pool uses (:func:`sqlweave.data.load_slice`).
+HELD_OUT_SLICE = "spider-train-val"
+
+
+def default_validation(
+    trainset: Sequence[dspy.Example], *, n_val: int = DEFAULT_N_VAL, seed: int = 0
+) -> tuple[list[dspy.Example], list[dspy.Example], str]:
+    """The compile policy when no validation set is given: ``(train, val, how)``.
+
+    A compile should choose what carries over to databases it has not seen, as a user's are, so
+    validation questions come from databases the demo pool never sees. Spider train questions
+    validate on the first ``n_val`` of ``spider-train-val`` (train keeps none of its databases)
+    where that slice's databases exist; any other train set holds out whole databases, drawn in
+    a seeded order until they hold a fifth of the questions, and validates on up to ``n_val`` of
+    theirs; a train set on one database falls back to a seeded fifth of its questions.
+    """
+    from sqlweave.data import DataError, load_slice
+
+    trainset = list(trainset)
+    if trainset and all(
+        ex.get("source") == "spider" and ex.get("split") == "train" for ex in trainset
+    ):
+        # The slice's questions come from the same Spider folder as the train questions.
+        # (<spider>/database/<db_id>/<db_id>.sqlite): no such path, no slice.
+        parents = Path(str(trainset[0].get("db_path") or "")).parents
+        try:
+            whole = load_slice(HELD_OUT_SLICE, root=parents[2]) if len(parents) > 2 else []
+        except DataError:
+            whole = []
+        if whole:
+            held = {ex.db_id for ex in whole}
+            train = [ex for ex in trainset if ex.db_id not in held]
+            if train:
+                return (
+                    train,
+                    whole[: n_val or None],
+                    (f"{HELD_OUT_SLICE}, databases the demos never saw"),
+                )
+    databases = sorted({str(ex.get("db_id")) for ex in trainset})
+    if len(databases) < 2:
+        from sqlweave.optimizers.compile import split_train_val
+
+        train, val = split_train_val(trainset, seed=seed)
+        return train, val[: n_val or None], "a seeded 20% of the train questions (one database)"
+    import random
+
+    random.Random(f"validation:{seed}").shuffle(databases)
+    held: set[str] = set()
+    count = 0
+    for db_id in databases[:-1]:  # at least one database stays for the demos
+        if count * 5 >= len(trainset):
+            break
+        held.add(db_id)
+        count += sum(str(ex.get("db_id")) == db_id for ex in trainset)
+    val = [ex for ex in trainset if str(ex.get("db_id")) in held]
+    train = [ex for ex in trainset if str(ex.get("db_id")) not in held]
+    random.Random(seed).shuffle(val)
+    return (
+        train,
+        val[: n_val or None],
+        (f"{len(held)} held-out train database(s) the demos never saw"),
+    )
+
+
 def compile(  # noqa: A001 - the verb users look for; shadows the builtin only in this module
     program: SQLProgram | CompiledProgram | str,
-    trainset: Sequence[dspy.Example],
-    valset: Sequence[dspy.Example] | None = None,
+    trainset: Sequence[dspy.Example | dict[str, Any]],
+    valset: Sequence[dspy.Example | dict[str, Any]] | None = None,
     *,
     optimizer: str = "bootstrap",
     metric: Callable[..., Any] | None = None,
     budget: int | None = None,
-    max_demos: int = 4,
+    max_demos: int = DEFAULT_MAX_DEMOS,
+    n_val: int = DEFAULT_N_VAL,
     seed: int = 0,
     proposer_lm: Any = None,
     checkpoint: str | Path | None = None,
@@ -190,21 +259,31 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     """Optimize ``program`` (an instance or a registry name, built with ``switches``) on
     ``trainset`` with the current DSPy LM, score it on ``valset`` and return it with provenance.
 
+    ``trainset`` and ``valset`` hold ``dspy.Example`` objects, dicts or :func:`sqlweave.Example`
+    items (``question``, ``sql``, ``db``); they are checked before any optimizer runs, and one
+    :class:`~sqlweave.data.DataError` names every missing field (:func:`sqlweave.examples.as_examples`).
     ``optimizer`` is a registered name or a sequence such as ``"search+bootstrap"``;
     ``options`` go to the optimizers that take them (the switch search: ``space``,
-    ``n_trials``, ``val_size``, ``sampler``). ``valset=None`` takes a fixed, seeded 20 % of
-    ``trainset``. ``budget`` caps the optimizer's LM calls (see
+    ``n_trials``, ``val_size``, ``sampler``). ``valset=None`` applies
+    :func:`default_validation`: ``n_val`` questions from databases the demos never see (the same
+    policy as ``sqlweave compile``). ``budget`` caps the optimizer's LM calls (see
     :mod:`sqlweave.optimizers.compile`); the validation run is not counted in it but its calls
     are recorded too. ``checkpoint`` names a file that lets an interrupted compile resume without
     repeating finished LM work; it also keeps the calls made so far, so the budget caps the
     compile across resumes and ``meta.lm_calls`` is the total of all its runs. The artefact
-    records the compiled program's switches (the search's choice) and the optimizer's details
-    (the search history).
+    records the compiled program's switches (the search's choice), the optimizer's details
+    (the search history) and how validation was chosen (``meta.extra["validation"]``).
     """
     from sqlweave.evaluate import evaluate
+    from sqlweave.examples import as_examples
     from sqlweave.lm import track_usage
-    from sqlweave.optimizers.compile import run_optimizer, split_train_val
+    from sqlweave.optimizers.compile import run_optimizer
 
+    trainset = as_examples(trainset, what="trainset")
+    if valset is not None:
+        valset = as_examples(valset, what="valset")
+    if max_demos < 0 or n_val < 0:
+        raise ValueError(f"max_demos and n_val must be 0 or more, not {max_demos} and {n_val}")
     student = _as_program(program, switches)
     if isinstance(program, CompiledProgram):
         name = program.meta.program
@@ -212,9 +291,11 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
         name = program
     else:
         name = getattr(student, "name", type(student).__name__)
-    trainset = list(trainset)
     if valset is None:
-        trainset, valset = split_train_val(trainset, seed=seed)
+        trainset, valset, how = default_validation(trainset, n_val=n_val, seed=seed)
+        logger.info("validating on %s", how)
+    else:
+        how = "given"
     valset = list(valset)
     outcome = run_optimizer(
         student,
@@ -232,19 +313,19 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
         **(options or {}),
     )
     report = outcome.report
-    val_ex = None
+    val_ex_pct = None
     val_calls = 0
     if valset:
         with track_usage() as usage:
             summary = evaluate(outcome.program, valset, out_path=None, progress=progress)
-        val_ex, val_calls = summary["ex"], usage.calls
+        val_ex_pct, val_calls = 100 * summary["ex"], usage.calls
     meta = ArtifactMeta(
         program=name,
         switches=dict(getattr(outcome.program, "switches", getattr(student, "switches", {}))),
         lm=_lm_spec(),
         optimizer=optimizer,
         trainset_hash=trainset_hash(trainset),
-        val_ex=val_ex,
+        val_ex_pct=val_ex_pct,
         budget=budget,
         lm_calls=report.lm_calls,
         compile_seconds=report.seconds,
@@ -253,6 +334,7 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
         extra={
             "max_demos": max_demos,
             "seed": seed,
+            "validation": how,
             "budget_exhausted": report.budget_exhausted,
             "cached_calls": report.cached_calls,
             "resumed_units": report.resumed_units,
@@ -263,12 +345,12 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
         },
     )
     logger.info(
-        "compiled %s with %s: %d LM calls, %.1fs, validation EX %s",
+        "compiled %s with %s: %d LM calls, %.1fs, validation EX %s%%",
         meta.program,
         optimizer,
         report.lm_calls,
         report.seconds,
-        val_ex,
+        "n/a" if val_ex_pct is None else f"{val_ex_pct:.1f}",
     )
     return CompiledProgram(outcome.program, meta)
 

@@ -1,7 +1,14 @@
-"""The ``sqlweave`` command line: compile, evaluate, ask, inspect, models, demo."""
+"""The ``sqlweave`` command line: ask, evaluate, compile, inspect, report, programs, models, demo.
+
+Conventions: ``-h``/``--help`` everywhere, ``--version``; quiet by default (warnings in one line
+each, third-party chatter hidden: :mod:`sqlweave.logs`), ``--verbose`` for details, ``--quiet``
+for results only; ``--json`` where a script reads the answer; EX printed in percent. Help text
+is plain text (no RST markup): typer prints docstrings as written.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -9,6 +16,7 @@ import math
 import os
 import re
 import sys
+import typing
 from inspect import Parameter, signature
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,16 +25,53 @@ import typer
 
 logger = logging.getLogger(__name__)
 
-#: Validation questions a compile takes from ``spider-train-val`` when ``--val`` is not given.
+#: Validation questions a compile takes (the API's default too: ``sqlweave.api.DEFAULT_N_VAL``).
 DEFAULT_N_VAL = 20
+#: Demonstrations per predictor (the API's default too: ``sqlweave.api.DEFAULT_MAX_DEMOS``).
+DEFAULT_MAX_DEMOS = 2
+
+_HELP = {"help_option_names": ["-h", "--help"]}
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    context_settings=_HELP,
+    rich_markup_mode=None,
     help="Text-to-SQL pipelines from the literature as compilable DSPy programs.",
 )
-models_app = typer.Typer(no_args_is_help=True, help="Local model weights: list and fetch.")
+models_app = typer.Typer(
+    no_args_is_help=True, context_settings=_HELP, help="Local model weights: list and fetch."
+)
 app.add_typer(models_app, name="models")
+
+#: The whole run's verbosity, from the root options (-q/-v before the command).
+_VERBOSITY = {"level": 0}
+
+
+def _version(value: bool) -> None:
+    if value:
+        from sqlweave import __version__
+
+        typer.echo(f"sqlweave {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="print the version"),
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="results and errors only, no progress bars")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="details: every library's log lines")
+    ] = False,
+) -> None:
+    """Text-to-SQL pipelines from the literature as compilable DSPy programs."""
+    _VERBOSITY["level"] = 1 if verbose else -1 if quiet else 0
+
 
 ModelOpt = Annotated[
     str,
@@ -39,7 +84,19 @@ ModelOpt = Annotated[
 ApiBaseOpt = Annotated[
     str | None, typer.Option("--api-base", help="endpoint of an OpenAI-compatible server")
 ]
-DatasetOpt = Annotated[str, typer.Option("--dataset", "-d", help="spider or bird")]
+DatasetOpt = Annotated[
+    str,
+    typer.Option(
+        "--dataset",
+        "-d",
+        help="spider, bird, or a questions file (.json list or .jsonl; see README: own data)",
+    ),
+]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="details: every log line")]
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="results and errors only, no progress bars")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object instead of text")]
 DataRootOpt = Annotated[
     Path | None, typer.Option("--data-root", help="dataset folder (default: bundled data)")
 ]
@@ -57,11 +114,18 @@ def _first_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def _setup_logging(verbose: bool = False, quiet: bool = False) -> int:
+    """Set up logging for this run from the command's and the root's options; the verbosity
+    (-1 quiet, 0 normal, 1 verbose)."""
+    from sqlweave import logs
+
+    level = _VERBOSITY["level"]
+    if verbose:
+        level = logs.VERBOSE
+    elif quiet:
+        level = logs.QUIET
+    logs.setup(level)
+    return level
 
 
 def _configure_lm(
@@ -77,7 +141,7 @@ def _configure_lm(
         options["api_base"] = api_base
     if n_threads is not None:
         if n_threads < 1:
-            _fail(f"--n-threads must be at least 1, not {n_threads}")
+            _fail(f"--lm-threads must be at least 1, not {n_threads}")
         if model.startswith(("local:", "gguf:")):
             options["n_threads"] = n_threads
     if prompt_lookup is not None:
@@ -116,29 +180,44 @@ def parse_switches(items: list[str]) -> dict[str, Any]:
     return parsed
 
 
-_SCALARS: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str}
 _TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+_SCALAR_TYPES = (bool, int, float, str)  # bool before int: True is an int too
 
 
-def _switch_type(param: Parameter) -> tuple[type | None, bool]:
-    """The scalar type a constructor parameter takes (from its default, else its annotation),
-    or None when it is not a scalar (a pool, an encoder); and whether None is allowed."""
-    default = param.default
-    for kind in (bool, int, float, str):  # bool before int: True is an int too
+def _scalar_of(hint: Any, default: Any) -> tuple[type | None, bool]:
+    """The scalar type a switch takes and whether None is allowed, from its default when that
+    is a scalar (``linker: str | Module = "none"`` is set by name), else from its type hint:
+    ``int``, ``int | None``, ``Optional[str]``, ``Literal["a", "b"]``. None for objects."""
+    args = typing.get_args(hint)
+    optional = default is None or type(None) in args or hint is type(None)
+    for kind in _SCALAR_TYPES:
         if default is not Parameter.empty and isinstance(default, kind):
-            return kind, False
-    annotation = param.annotation
-    if isinstance(annotation, str):  # ``from __future__ import annotations``
-        parts = {part.strip() for part in annotation.replace("Optional[", "").split("|")}
-        parts = {part.rstrip("]") for part in parts}
-        optional = "None" in parts or default is None
-        scalars = [_SCALARS[part] for part in parts - {"None"} if part in _SCALARS]
-        if len(scalars) == 1 and len(parts - {"None"}) == 1:
-            return scalars[0], optional
-        return None, optional
-    if annotation in (bool, int, float, str):
-        return annotation, default is None
-    return None, default is None
+            return kind, optional
+    if hint in _SCALAR_TYPES:
+        return hint, optional
+    if typing.get_origin(hint) is typing.Literal and args:
+        kinds = {type(a) for a in args}
+        return (kinds.pop(), optional) if len(kinds) == 1 else (None, optional)
+    members = [a for a in args if a is not type(None)]
+    if len(members) == 1 and members[0] in _SCALAR_TYPES:
+        return members[0], optional
+    return None, optional
+
+
+def switch_types(cls: type) -> dict[str, tuple[type | None, bool]]:
+    """Each constructor parameter of a program class -> (scalar type or None, None allowed),
+    read with ``typing.get_type_hints`` (annotations are strings under ``from __future__
+    import annotations``; the hints resolve them in the class's module)."""
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except (NameError, TypeError):  # a hint naming something imported only for type checking
+        hints = {}
+    out: dict[str, tuple[type | None, bool]] = {}
+    for name, param in signature(cls.__init__).parameters.items():
+        if name == "self" or param.kind in (Parameter.VAR_POSITIONAL, Parameter.VAR_KEYWORD):
+            continue
+        out[name] = _scalar_of(hints.get(name, Any), param.default)
+    return out
 
 
 def _convert_switch(name: str, kind: type, optional: bool, raw: str) -> Any:
@@ -183,20 +262,19 @@ def typed_switches(program: str, items: list[str]) -> dict[str, Any]:
     if not raw:
         return {}
     try:
-        cls = type(programs.get(program))
-    except (ValueError, TypeError) as err:
+        cls = programs.program_class(program)
+    except (ValueError, TypeError, KeyError) as err:
         _fail(str(err))
-    params = dict(signature(cls.__init__).parameters)
-    params.pop("self", None)
+    params = signature(cls.__init__).parameters
     if any(p.kind is Parameter.VAR_KEYWORD for p in params.values()):
         return {key: _parse_value(value.strip()) for key, value in raw.items()}
+    types = switch_types(cls)
     parsed: dict[str, Any] = {}
     for key, value in raw.items():
-        param = params.get(key)
-        if param is None or param.kind is Parameter.VAR_POSITIONAL:
-            known = ", ".join(n for n, p in params.items() if _switch_type(p)[0] is not None)
+        if key not in types:
+            known = ", ".join(n for n, (kind, _) in types.items() if kind is not None)
             _fail(f"unknown switch {key!r} for program {program}; its switches: {known or 'none'}")
-        kind, optional = _switch_type(param)
+        kind, optional = types[key]
         if kind is None:
             _fail(f"switch {key} of {program} takes a Python object; it cannot be set with --set")
         parsed[key] = _convert_switch(key, kind, optional, value)
@@ -298,6 +376,40 @@ def _run_identity(program: str, prog: Any, model: str, api_base: str | None) -> 
     return identity
 
 
+def source_commit() -> str | None:
+    """The git commit of the sqlweave checkout this runs from, or None (an installed package,
+    no git): recorded beside evaluation records so a report can say what code made them."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = done.stdout.strip()
+    return commit if done.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", commit) else None
+
+
+def _record_provenance(out: Path) -> None:
+    """Add the commit (and sqlweave's version) to ``<out>.run.json`` beside the run identity
+    (``_run``), which stays what a resume compares; a failure here never fails the run."""
+    from sqlweave import __version__
+    from sqlweave.evaluate import run_identity_path
+
+    path = run_identity_path(out)
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        payload["provenance"] = {"commit": source_commit(), "sqlweave": __version__}
+        path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    except (OSError, ValueError, TypeError, AttributeError):
+        logger.debug("could not record provenance beside %s", out, exc_info=True)
+
+
 def _run_stem(program: str, prog: Any, name: str) -> str:
     """The program part of a default output name: the registry name (with a short hash of its
     switches, if any), or the artefact's file name when it differs from its program name."""
@@ -314,7 +426,7 @@ def _run_stem(program: str, prog: Any, name: str) -> str:
 def _print_summary(summary: dict[str, Any]) -> None:
     low, high = summary.get("interval") or (summary["ex"], summary["ex"])
     typer.echo(
-        f"EX {summary['ex'] * 100:.1f} [95% CI {low * 100:.1f}, {high * 100:.1f}] "
+        f"EX {summary['ex'] * 100:.1f}% [95% CI {low * 100:.1f}, {high * 100:.1f}] "
         f"on {summary['n']} questions"
     )
     for level, stats in summary.get("by_difficulty", {}).items():
@@ -363,10 +475,15 @@ def ask(
             "default: connect as a read-only role, see docs/security.md)",
         ),
     ] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
-    """Answer one question: print the SQL, then its result table (run read-only)."""
-    _setup_logging(verbose)
+    """Answer one question: print the SQL, then its result table (run read-only).
+
+    With --json: one object with sql, columns, rows, truncated and error (null when it ran).
+    """
+    _setup_logging(verbose, quiet)
     from sqlweave.db import Database, ExecutionError
 
     if max_rows < 1:
@@ -384,6 +501,11 @@ def ask(
     except Exception as err:  # the LM or the program failed: one line, not a traceback
         logging.getLogger(__name__).debug("ask failed", exc_info=True)
         _fail(f"the program failed: {type(err).__name__}: {_first_line(str(err))}")
+    if json_:
+        typer.echo(json.dumps(_answer_json(result, max_rows), default=str))
+        if not result.ok:
+            raise typer.Exit(code=1)
+        return
     typer.echo(result.sql or "(the model returned no SQL)")
     if not result.sql:
         raise typer.Exit(code=1)
@@ -391,6 +513,41 @@ def ask(
         typer.secho(result.error.feedback(), fg=typer.colors.YELLOW)
         raise typer.Exit(code=1)
     typer.echo(result.table(max_rows=max_rows))
+
+
+def _answer_json(result: Any, max_rows: int) -> dict[str, Any]:
+    """``ask --json``: the answer as one object (rows cut to ``max_rows``)."""
+    error = result.get("error")
+    rows = [list(row) for row in (result.get("rows") or ())]
+    return {
+        "sql": result.get("sql") or "",
+        "columns": list(result.get("columns") or ()),
+        "rows": rows[:max_rows],
+        "truncated": bool(result.get("truncated")) or len(rows) > max_rows,
+        "error": None
+        if error is None
+        else {"kind": getattr(error, "kind", "error"), "message": error.feedback()},
+    }
+
+
+def _summary_json(summary: dict[str, Any], out: Path) -> dict[str, Any]:
+    """``evaluate --json``: the summary without its records, EX in percent."""
+
+    def pct(stats: dict[str, Any]) -> dict[str, Any]:
+        low, high = stats.get("interval") or (stats["ex"], stats["ex"])
+        return {
+            "ex_pct": round(100 * stats["ex"], 2),
+            "ci95_pct": [round(100 * low, 2), round(100 * high, 2)],
+            "n": stats["n"],
+        }
+
+    return {
+        **pct(summary),
+        "by_difficulty": {k: pct(v) for k, v in summary.get("by_difficulty", {}).items()},
+        "usage_per_question": summary.get("usage") or {},
+        "gold_errors": sum(r.get("gold_error") is not None for r in summary["records"]),
+        "records": str(out),
+    }
 
 
 @app.command()
@@ -430,13 +587,16 @@ def evaluate(
             help="stop at a gold query that fails (default: record it as a flagged miss)",
         ),
     ] = False,
-    n_threads: Annotated[
+    lm_threads: Annotated[
         int | None,
         typer.Option(
-            "--n-threads",
+            "--lm-threads",
             help="llama.cpp threads for a local model (default: $SQLWEAVE_N_THREADS, "
-            "else all cores but one)",
+            "else all cores but one); --threads is questions at once",
         ),
+    ] = None,
+    n_threads: Annotated[
+        int | None, typer.Option("--n-threads", hidden=True, help="deprecated: --lm-threads")
     ] = None,
     prompt_lookup: Annotated[
         int | None,
@@ -448,14 +608,21 @@ def evaluate(
         ),
     ] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
-    """Execution accuracy of a program on a benchmark slice; resumes an interrupted run.
+    """Execution accuracy (EX, percent) of a program on a benchmark slice or your own questions
+    file; resumes an interrupted run.
 
     Prints EX with a 95% bootstrap interval, per difficulty, usage per question and, with
-    ``--baseline``, the paired difference and McNemar's exact p-value against that run.
+    --baseline, the paired difference and McNemar's exact p-value against that run. --json
+    prints the same as one object (the per-question records stay in the JSONL file).
     """
-    _setup_logging(verbose)
+    level = _setup_logging(verbose, quiet)
+    progress = progress and level >= 0 and not json_
+    if n_threads is not None and lm_threads is None:
+        lm_threads = n_threads
     from sqlweave.data import eval_slice, load_slice
     from sqlweave.db import ExecutionError
     from sqlweave.evaluate import compare, read_records
@@ -486,7 +653,7 @@ def evaluate(
     identity = _run_identity(program, prog, model, api_base)
     out = out or Path("runs") / f"{_run_stem(program, prog, name)}-{tag}-{_model_tag(model)}.jsonl"
     _check_writable(out, "--out")
-    _configure_lm(model, api_base, n_threads, prompt_lookup)
+    _configure_lm(model, api_base, lm_threads, prompt_lookup)
     try:
         summary = run_eval(
             prog.program,
@@ -513,9 +680,13 @@ def evaluate(
             err=True,
         )
         raise typer.Exit(code=130) from None
-    _print_summary(summary)
+    _record_provenance(out)
+    if json_:
+        payload = _summary_json(summary, out)
+    else:
+        _print_summary(summary)
     gold_failed = sum(r.get("gold_error") is not None for r in summary["records"])
-    if gold_failed:
+    if gold_failed and not json_:
         typer.secho(
             f"  {gold_failed} gold quer{'y' if gold_failed == 1 else 'ies'} could not be compared "
             "(scored as misses; see gold_error in the records, or use --strict-gold)",
@@ -526,12 +697,26 @@ def evaluate(
             cmp = compare(summary["records"], base_records)
         except ValueError as err:
             _fail(f"--baseline {baseline}: {err}")
-        typer.echo(
-            f"vs {baseline}: {cmp['delta'] * 100:+.1f} points on {cmp['n']} shared questions "
-            f"[{cmp['delta_interval'][0] * 100:+.1f}, {cmp['delta_interval'][1] * 100:+.1f}], "
-            f"only this run {cmp['only_run']}, only the baseline {cmp['only_baseline']}, "
-            f"McNemar p = {cmp['p']:.3g}"
-        )
+        if json_:
+            payload["baseline"] = {
+                "path": str(baseline),
+                "delta_points": round(100 * cmp["delta"], 2),
+                "ci95_points": [round(100 * v, 2) for v in cmp["delta_interval"]],
+                "n_shared": cmp["n"],
+                "only_run": cmp["only_run"],
+                "only_baseline": cmp["only_baseline"],
+                "mcnemar_p": cmp["p"],
+            }
+        else:
+            typer.echo(
+                f"vs {baseline}: {cmp['delta'] * 100:+.1f} points on {cmp['n']} shared questions "
+                f"[{cmp['delta_interval'][0] * 100:+.1f}, {cmp['delta_interval'][1] * 100:+.1f}], "
+                f"only this run {cmp['only_run']}, only the baseline {cmp['only_baseline']}, "
+                f"McNemar p = {cmp['p']:.3g}"
+            )
+    if json_:
+        typer.echo(json.dumps(payload))
+        return
     typer.echo(f"records: {out}")
 
 
@@ -562,17 +747,18 @@ def compile_cmd(
         typer.Option(
             "--val",
             help="validation data: spider/bird (their dev split), a named slice such as "
-            "spider-train-val (its first --n-val questions; train drops its databases), or a "
-            "file; default with --train spider: spider-train-val (first --n-val, default 20: "
-            "databases the demos never saw) where its databases exist, else a seeded 20 "
-            "percent of --train",
+            "spider-train-val (train drops its databases), or a questions file. Default: "
+            "questions on databases the demos never see (with --train spider: "
+            "spider-train-val; else held-out databases of --train), as sqlweave.compile does",
         ),
     ] = None,
     n_train: Annotated[int, typer.Option(help="train examples to use; 0 = all")] = 24,
     n_val: Annotated[
-        int, typer.Option(help="validation examples with --val; 0 = all (the default slice: 20)")
-    ] = 0,
-    max_demos: Annotated[int, typer.Option(help="demonstrations per predictor")] = 2,
+        int, typer.Option(help="validation questions to use; 0 = all")
+    ] = DEFAULT_N_VAL,
+    max_demos: Annotated[
+        int, typer.Option(help="demonstrations per predictor")
+    ] = DEFAULT_MAX_DEMOS,
     candidates: Annotated[int, typer.Option(help="random_search: shuffled candidates")] = 2,
     trials: Annotated[
         int, typer.Option(help="search: switch configurations to try (the program's own first)")
@@ -601,10 +787,16 @@ def compile_cmd(
     ] = None,
     api_base: ApiBaseOpt = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
-    """Optimize a program against EX on train data, score it on validation data and save it."""
-    _setup_logging(verbose)
+    """Optimize a program against EX on train data, score it on validation data and save it.
+
+    Train and validation data: spider, bird, or your own questions file (a JSON list or JSON
+    Lines of objects with question, sql and db_path or db_id; see the README).
+    """
+    level = _setup_logging(verbose, quiet)
+    progress = progress and level >= 0
     _compile(
         program=program,
         out=out,
@@ -660,7 +852,7 @@ def _compile(
     api_base: str | None,
     switches: list[str],
     val: str | None = None,
-    n_val: int = 0,
+    n_val: int = DEFAULT_N_VAL,
     budget: int | None = None,
     proposer_model: str | None = None,
     checkpoint: Path | None = None,
@@ -672,7 +864,9 @@ def _compile(
     sampler: str = "auto",
 ) -> Any:
     from sqlweave.api import compile as run_compile
+    from sqlweave.api import default_validation
     from sqlweave.data import SLICES, DataError, assert_disjoint, eval_slice, load_slice
+    from sqlweave.examples import as_examples
     from sqlweave.optimizers import ArtifactError
     from sqlweave.optimizers.registry import stage_names
     from sqlweave.optimizers.search import SAMPLERS
@@ -710,35 +904,37 @@ def _compile(
         _fail(f"--checkpoint {checkpoint} is a directory; give a file path")
     train_pool = _load_examples(train, "train", data_root)
     valset = None
-    whole = None  # the named validation slice, loaded once
-    if val is None and train == "spider":
-        # Cross-database validation by default: a compile should choose what carries over to
-        # databases it has not seen, as dev's are. Bundled data alone lacks the slice's databases.
+    how = "given"
+    if val is None:
+        # sqlweave.compile's own policy (validation databases the demos never see), applied to
+        # the whole pool before --n-train draws from what is left.
         try:
-            whole = load_slice("spider-train-val", root=data_root)
-            val, n_val = "spider-train-val", n_val or DEFAULT_N_VAL
-            logger.info("validating on spider-train-val (first %d): unseen databases", n_val)
-        except DataError:
-            logger.info("spider-train-val is not available; validating on 20%% of --train")
-    if val is not None and val in SLICES:
+            train_pool, valset, how = default_validation(
+                as_examples(train_pool, what=f"--train {train}"), n_val=n_val, seed=seed
+            )
+        except DataError as err:
+            _fail(str(err))
+        logger.info("validating on %s", how)
+    elif val in SLICES:
         # A named slice: its first n_val questions, in the committed order; train keeps none of
         # its databases, so the choice made on it is one that carries over to unseen databases.
-        if whole is None:
-            try:
-                whole = load_slice(val, root=data_root)
-            except DataError as err:
-                _fail(str(err))
+        try:
+            whole = load_slice(val, root=data_root)
+        except DataError as err:
+            _fail(str(err))
         held = {ex.db_id for ex in whole}
         train_pool = [ex for ex in train_pool if ex.db_id not in held]
         valset = whole[: n_val or None]
     elif val is not None:
         valset = eval_slice(_load_examples(val, "dev", data_root), n=n_val or None, seed=seed)
     trainset = eval_slice(train_pool, n=n_train or None, seed=seed, stratify=None)
-    if valset is not None:
-        try:
+    try:
+        trainset = as_examples(trainset, what=f"--train {train}")
+        if valset is not None:
+            valset = as_examples(valset, what=f"--val {val}")
             assert_disjoint(trainset, valset)
-        except DataError as err:
-            _fail(str(err))
+    except DataError as err:
+        _fail(str(err))
     prog, name = _program_from(program, switches)
     _configure_lm(model, api_base)
     proposer = None
@@ -757,6 +953,7 @@ def _compile(
             optimizer=optimizer,
             budget=budget,
             max_demos=max_demos,
+            n_val=n_val,
             seed=seed,
             proposer_lm=proposer,
             checkpoint=checkpoint,
@@ -765,12 +962,13 @@ def _compile(
             options=options,
             **prog.meta.switches,
         )
-    except (ValueError, ArtifactError) as err:
+    except (ValueError, ArtifactError, DataError) as err:
         _fail(str(err))
     except OSError as err:  # the checkpoint could not be written
         _fail(f"cannot write the checkpoint {checkpoint}: {err.strerror or err}")
     meta = compiled.meta
     meta.lm = model
+    meta.extra["validation"] = how
     if proposer_model:
         meta.extra["proposer_lm"] = proposer_model
     try:
@@ -790,14 +988,19 @@ def _compile(
     search = (meta.extra.get("details") or {}).get("search")
     if search:
         best = search.get("best_score")
-        best_text = "n/a" if best is None else f"{best * 100:.1f}"
+        best_text = "n/a" if best is None else f"{best * 100:.1f}%"
         typer.echo(
             f"search: {sum(t['status'] == 'done' for t in search['trials'])} configurations "
             f"on {search['n_val']} validation examples; chose {_switch_text(search['chosen'])} "
             f"(score {best_text})"
         )
-    val_text = "n/a" if meta.val_ex is None else f"{meta.val_ex * 100:.1f}"
-    typer.echo(f"validation EX {val_text} (n={meta.n_val}); saved {out}")
+    kept = _kept_defaults_line(meta, compiled.program)
+    if kept:
+        typer.secho(kept, fg=typer.colors.YELLOW)
+    val_text = "n/a" if meta.val_ex_pct is None else f"{meta.val_ex_pct:.1f}%"
+    how = meta.extra.get("validation")
+    on = f" on {how}" if how and how != "given" else ""
+    typer.echo(f"validation EX {val_text} (n={meta.n_val}){on}; saved {out}")
     return compiled
 
 
@@ -860,12 +1063,113 @@ def _diff_lines(program: Any, meta: Any) -> list[str]:
     return lines
 
 
+def _search_of(meta: Any) -> dict[str, Any]:
+    search = (meta.extra.get("details") or {}).get("search")
+    return search if isinstance(search, dict) else {}
+
+
+def _search_moved(meta: Any) -> dict[str, Any]:
+    """The switches a switch search chose away from the program it started from (its first
+    trial); empty when it kept them or there was no search."""
+    search = _search_of(meta)
+    trials = search.get("trials") or []
+    start = trials[0].get("switches", {}) if trials and isinstance(trials[0], dict) else {}
+    chosen = search.get("chosen") or {}
+    return {k: v for k, v in chosen.items() if start.get(k, v) != v}
+
+
+def _switch_changes(meta: Any) -> list[str]:
+    """Switches of the artefact that differ from the program's defaults,
+    ``name: default -> now`` and who changed it (the search, or the user before compiling)."""
+    from sqlweave import programs
+
+    try:
+        defaults = programs.get(meta.program).switches
+    except Exception:  # a program that cannot be built here: nothing to compare with
+        return []
+    moved = _search_moved(meta)
+    return [
+        f"{key}: {defaults.get(key, '(none)')} -> {value} "
+        + ("(chosen by the search)" if key in moved else "(set before compiling)")
+        for key, value in meta.switches.items()
+        if defaults.get(key) != value
+    ]
+
+
+def _summary_lines(program: Any, meta: Any, payload: dict[str, Any]) -> list[str]:
+    """The head of ``inspect``: provenance in two lines, then what compiling changed."""
+    pct = "n/a" if meta.val_ex_pct is None else f"{meta.val_ex_pct:.1f}%"
+    how = meta.extra.get("validation")
+    lines = [
+        f"{meta.program} compiled with {meta.optimizer or '?'} on {meta.n_train} train "
+        f"examples, model {meta.lm or '?'}: {meta.lm_calls or 0} LM calls, "
+        f"{meta.compile_seconds or 0:.0f} s",
+        f"validation EX {pct} (n={meta.n_val})"
+        + (f" on {how}" if how and how != "given" else "")
+        + f"; sqlweave {payload.get('versions', {}).get('sqlweave', '?')}",
+        "",
+        "what compile changed:",
+    ]
+    switches = _switch_changes(meta)
+    lines += [f"  switch {line}" for line in switches] or ["  switches: the program's defaults"]
+    lines += _diff_lines(program, meta)
+    if "knn" in payload:
+        lines.append(
+            f"  demos per question: the {payload['knn']['k']} nearest of "
+            f"{len(payload['knn']['pool'])} train demos (knn)"
+        )
+    if _kept_defaults_line(meta, program) is not None and "knn" not in payload:
+        lines.append("  nothing: the compile kept the uncompiled program (see the search below)")
+    return lines
+
+
+def _changed(switches: list[str], diff: list[str]) -> bool:
+    """Whether compiling changed anything: a switch, an instruction or a demo count."""
+    return bool(switches) or any(
+        "instructions changed" in line or (" demos: " in line and not line.endswith("(+0)"))
+        for line in diff
+    )
+
+
+def _kept_defaults_line(meta: Any, program: Any) -> str | None:
+    """One line when a compile changed nothing a user can see, saying why; else None.
+
+    Switches set before compiling (``--set``) are the user's, not the compile's: what counts is
+    a demo, an instruction, a KNN pool or a switch the search moved."""
+    if (
+        meta.extra.get("details", {}).get("knn")
+        or _search_moved(meta)
+        or _changed([], _diff_lines(program, meta))
+    ):
+        return None
+    search = _search_of(meta)
+    trials = [t for t in search.get("trials", []) if t.get("score") is not None]
+    if len(trials) > 1:
+        others = max(t["score"] for t in trials[1:])
+        return (
+            f"the compile kept the program's own switches and added no demo: on "
+            f"{search.get('n_val')} validation questions they scored "
+            f"{100 * trials[0]['score']:.1f}%, the best other choice {100 * others:.1f}% (a tie "
+            "keeps the program as it is); more validation questions (--n-val) or a stronger "
+            "model may choose otherwise"
+        )
+    return (
+        "the compile kept the program as it was: no demonstration added, no instruction or "
+        "switch changed (a bootstrap keeps only traces that pass the metric: try more "
+        "--n-train, a larger --budget or a stronger model)"
+    )
+
+
 @app.command()
 def inspect(
     path: Annotated[Path, typer.Argument(help="compiled program .json")],
     full: Annotated[bool, typer.Option(help="print demos in full (schemas included)")] = False,
+    json_: Annotated[
+        bool, typer.Option("--json", help="print the artefact's provenance as raw JSON")
+    ] = False,
 ) -> None:
-    """Provenance, instructions and demos per predictor, and the diff against the uncompiled program."""
+    """What compiling changed (switches, demos, instructions: before -> after), then the
+    switch search and each predictor's instructions and demos. --json: the raw provenance."""
     from sqlweave.optimizers import ArtifactError, load_program, read_artifact
 
     try:
@@ -873,13 +1177,17 @@ def inspect(
         program, meta = load_program(path)
     except ArtifactError as err:
         _fail(str(err))
-    typer.echo(
-        json.dumps({"versions": payload.get("versions"), **meta.__dict__}, indent=2, default=str)
-    )
-    if "knn" in payload:
+    if json_:
         typer.echo(
-            f"knn: {payload['knn']['k']} nearest of {len(payload['knn']['pool'])} train demos per call"
+            json.dumps(
+                {"versions": payload.get("versions"), **dataclasses.asdict(meta)},
+                indent=2,
+                default=str,
+            )
         )
+        return
+    for line in _summary_lines(program, meta, payload):
+        typer.echo(line)
     search = (meta.extra.get("details") or {}).get("search")
     if isinstance(search, dict) and isinstance(search.get("space"), dict):
         typer.secho("\nswitch search", bold=True)
@@ -894,9 +1202,6 @@ def inspect(
                 typer.echo(f"  {i}. " + json.dumps(dict(demo.items()), indent=2, default=str))
             else:
                 typer.echo(f"  {i}. {demo.get('question', '')!s} -> {demo.get('sql', '')!s}")
-    typer.secho("\ndiff against the uncompiled program", bold=True)
-    for line in _diff_lines(program, meta):
-        typer.echo(line)
 
 
 @app.command(
@@ -905,13 +1210,18 @@ def inspect(
     add_help_option=False,
 )
 def gnn(ctx: typer.Context) -> None:
-    """Graph retriever commands (train, embed, ...); see `sqlweave gnn --help`."""
+    """Graph retriever commands: train, retrieve (sqlweave gnn -h)."""
     try:
         from sqlweave.gnn.cli import app as gnn_app
     except Exception as err:  # any import failure must not break the rest of the CLI
         _fail(f"the gnn commands are not available: {type(err).__name__}: {err}")
     command = typer.main.get_command(gnn_app)
-    command.main(args=list(ctx.args), prog_name="sqlweave gnn", standalone_mode=True)
+    command.main(
+        args=list(ctx.args),
+        prog_name="sqlweave gnn",
+        standalone_mode=True,
+        help_option_names=_HELP["help_option_names"],  # -h there too; subcommands inherit it
+    )
 
 
 @app.command()
@@ -924,20 +1234,25 @@ def demo(
     n_train: Annotated[int, typer.Option(help="bundled train examples for compiling")] = 16,
     n_dev: Annotated[int, typer.Option(help="bundled dev questions to evaluate")] = 20,
     n_val: Annotated[
-        int, typer.Option(help="validation questions the search scores each choice on")
+        int,
+        typer.Option(
+            help="validation questions (compile's --n-val, from spider-train-val); the search "
+            "scores each choice on all of them"
+        ),
     ] = 10,
     data_root: DataRootOpt = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """The main job: compile on bundled train data, save, evaluate on bundled dev, ask once.
 
-    The compile is the switch search over ``weave``'s demos (none or two, with three candidates
-    voted by execution instead of eight): the code path of the README's headline row (``weave``
-    compiled by the search), at demo size, on a demo-sized validation set. Twenty dev questions
-    keep the whole job under ten minutes on a 2-core laptop (40 took 777 s: 13 s per question,
-    one llama.cpp thread by the default rule); the figure is a smoke test either way.
+    The compile is the switch search over weave's demos (none or two, with three candidates
+    voted by execution instead of eight): the code path of the README's headline row (weave
+    compiled by the search), at demo size, on a demo-sized validation set (--n-val questions of
+    spider-train-val, databases the demos never see). Twenty dev questions keep the whole job
+    under ten minutes on a 2-core laptop; the figure is a smoke test either way.
     """
-    _setup_logging(verbose)
+    progress = _setup_logging(verbose, quiet) >= 0
     from sqlweave.api import CompiledProgram
     from sqlweave.data import eval_slice
     from sqlweave.evaluate import evaluate as run_eval
@@ -964,6 +1279,7 @@ def demo(
         trials=2,
         space=["num_demos=0,2"],
         sampler="grid",
+        progress=progress,
     )
     typer.secho("2/3 evaluate the saved program", bold=True)
     program, meta = load_program(artefact)
@@ -971,10 +1287,13 @@ def demo(
     identity = _run_identity(str(artefact), CompiledProgram(program, meta), model, api_base)
     records_path = workdir / f"dev-n{len(dev)}-{_model_tag(model)}.jsonl"
     try:
-        summary = run_eval(program, dev, out_path=records_path, identity=identity)
+        summary = run_eval(
+            program, dev, out_path=records_path, identity=identity, progress=progress
+        )
     except ValueError as err:  # the records there are another run's
         _fail(str(err))
     _print_summary(summary)
+    _record_provenance(records_path)
     try:
         from sqlweave.report import write_report
 
@@ -999,6 +1318,8 @@ def demo(
             api_base=api_base,
             max_rows=10,
             verbose=verbose,
+            quiet=quiet,
+            json_=False,
         )
     except typer.Exit as done:
         # A wrong answer to the sample question is a result, not a failure of the main job.
@@ -1044,7 +1365,9 @@ def report(
         list[str] | None, typer.Option("--name", help="display name per run, in order")
     ] = None,
 ) -> None:
-    """One self-contained HTML page of plots: EX per difficulty, paired differences, errors, cost."""
+    """One self-contained HTML page: EX per difficulty and per database, paired differences
+    against the first run, error classes (LM failures apart), cost, each run's provenance, and
+    a per-question table filtered by gained, lost, all wrong or LM failure."""
     from sqlweave.report import write_report
 
     try:
@@ -1054,22 +1377,63 @@ def report(
     typer.echo(f"report: {path}")
 
 
+#: Each registered program's paper (or origin) and what it does, for ``sqlweave programs``.
+PROGRAM_CARDS: dict[str, tuple[str, str]] = {
+    "naive": ("baseline", "the reference prompt: schema + question, one greedy call, no demos"),
+    "direct": ("baseline", "full schema + question -> SQL in one call; stages set by switches"),
+    "weave": (
+        "sqlweave",
+        "schema first, masked-question demos, value hints, execution vote, repair on failure",
+    ),
+    "dubo": ("Dubo-SQL (v2)", "per-column schema, diverse retrieved demos, JSON answer, fixes"),
+    "dubo_v1": ("Dubo-SQL v1", "concise DDL with sample rows -> bare SQL; one retry on error"),
+    "dubo_v2": ("Dubo-SQL v2", "per-column schema, diverse retrieved demos, JSON answer, fixes"),
+    "mage": (
+        "MageSQL",
+        "draft -> structure-aware (graph) demos -> few-shot SQL -> rule/guideline correction",
+    ),
+    "pet": ("PET-SQL", "prompt-enhanced two stages: pre-SQL, linked schema, cross-consistency"),
+    "rsl": ("RSL-SQL", "bidirectional linking, augmented regeneration, binary selection, fixes"),
+    "sea": ("SEA-SQL", "semantic-enhanced generation, bias elimination, adaptive refinement"),
+}
+
+
+def _program_card(name: str) -> str:
+    """One line about a program: from :data:`PROGRAM_CARDS`, else its docstring's first line."""
+    if name in PROGRAM_CARDS:
+        paper, what = PROGRAM_CARDS[name]
+        return f"{name:<9} {paper:<14} {what}"
+    from sqlweave.programs import program_class
+
+    doc = (program_class(name).__doc__ or "").strip().splitlines()
+    return f"{name:<9} {'':<14} {doc[0] if doc else ''}"
+
+
 @app.command("programs")
-def programs_cmd() -> None:
-    """The registered programs with their default switches, and the stages each role accepts
-    (``--set linker=NAME`` / ``selector=`` / ``corrector=``)."""
+def programs_cmd(
+    switches: Annotated[
+        bool, typer.Option("--switches", help="also list each program's default switches")
+    ] = False,
+) -> None:
+    """One line per program: its paper and what it does; --switches adds each one's default
+    switches. Then the stages each role accepts (--set linker=NAME, selector=, corrector=)."""
     from sqlweave.programs import available, get
     from sqlweave.programs.stages import available as stage_names
 
     for name in available():
         try:
-            switches = get(name).switches
-        except Exception as err:  # a program that cannot be built here says why, the rest list
-            typer.echo(f"{name}: cannot be built here ({_first_line(str(err))})")
+            typer.echo(_program_card(name))
+        except Exception as err:  # a program that cannot be loaded here says why, the rest list
+            typer.echo(f"{name}: cannot be loaded here ({_first_line(str(err))})")
             continue
-        shown = " ".join(f"{k}={v}" for k, v in switches.items())
-        typer.echo(f"{name}: {shown}")
+        if switches:
+            try:
+                shown = " ".join(f"{k}={v}" for k, v in get(name).switches.items())
+            except Exception as err:  # a program that cannot be built here says why
+                shown = f"cannot be built here ({_first_line(str(err))})"
+            typer.echo(f"{'':<10}{shown}")
     typer.echo("")
+    typer.echo("stages per role (--set ROLE=NAME):")
     for role, names in stage_names().items():
         typer.echo(f"{role}: {', '.join(names)}")
 

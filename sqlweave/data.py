@@ -301,7 +301,7 @@ def load_questions(
     Each object needs ``question`` and either ``db_path`` (relative paths are taken from the
     file's folder) or ``db_id``, found as ``<db_root>/<db_id>/<db_id>.sqlite`` or, without
     ``db_root``, among the bundled benchmarks' databases. Optional: ``evidence``, gold SQL
-    (``gold_sql``, ``SQL`` or ``query``), ``question_id`` and ``difficulty`` (computed with the
+    (``gold_sql``, ``sql``, ``SQL`` or ``query``), ``question_id`` and ``difficulty`` (computed with the
     Spider rules when a gold query is given without one). ``source`` picks the metric semantics
     (``"bird"`` for BIRD's, anything else Spider's).
     """
@@ -328,7 +328,8 @@ def load_questions(
         if not db_file.is_file():
             raise DataError(path, f"item {i}: database file not found: {db_file}")
         gold = next(
-            (item[k] for k in ("gold_sql", "SQL", "query") if isinstance(item.get(k), str)), ""
+            (item[k] for k in ("gold_sql", "sql", "SQL", "query") if isinstance(item.get(k), str)),
+            "",
         )
         difficulty = item.get("difficulty") or (_hardness(gold) if gold else "unknown")
         examples.append(

@@ -9,7 +9,13 @@ to judge a run or compare several on the same questions:
   bootstrap interval and McNemar's exact p-value (:mod:`sqlweave.stats`);
 - error classes (syntax error, unknown column/table, wrong result, timeout, other), from each
   record's error kind and text;
-- tokens and seconds per question.
+- tokens and seconds per question;
+- EX per database, each run's provenance (program, switches, model, commit: read from the
+  ``<run>.jsonl.run.json`` that ``evaluate`` writes beside its records, else from an experiment's
+  ``<run>.json`` summary), oracle EX where records carry ``candidates`` (each with ``correct``);
+- a per-question table (question, gold, each run's SQL and outcome), filtered by radio buttons
+  and CSS alone (the page carries no script): gained or lost against the first run, all wrong,
+  LM failures.
 
 Plots are PNG data URIs inside the page, so the file can be mailed or attached to an issue and
 opens anywhere without a server or network access. matplotlib is the optional ``report`` extra.
@@ -20,10 +26,11 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,10 +53,11 @@ WRONG_RESULT = "wrong result"
 SYNTAX = "syntax error"
 UNKNOWN_NAME = "unknown column/table"
 TIMEOUT = "timeout"
+LM_FAILURE = "LM failure"
 OTHER = "other"
 
 #: Every class a record falls in, in the order the plots show them.
-ERROR_CLASSES = (CORRECT, WRONG_RESULT, SYNTAX, UNKNOWN_NAME, TIMEOUT, OTHER)
+ERROR_CLASSES = (CORRECT, WRONG_RESULT, SYNTAX, UNKNOWN_NAME, TIMEOUT, LM_FAILURE, OTHER)
 
 _CLASS_COLOURS = {
     CORRECT: "#4c9a5b",
@@ -57,6 +65,7 @@ _CLASS_COLOURS = {
     SYNTAX: "#c2453d",
     UNKNOWN_NAME: "#8c5fb0",
     TIMEOUT: "#4a7fb5",
+    LM_FAILURE: "#3b3b3b",
     OTHER: "#9a9a9a",
 }
 
@@ -66,7 +75,18 @@ _KIND_CLASSES: Mapping[str, str] = {
     "unknown_column": UNKNOWN_NAME,
     "unknown_table": UNKNOWN_NAME,
     "timeout": TIMEOUT,
+    "lm": LM_FAILURE,
+    "lm_error": LM_FAILURE,
 }
+
+#: A program failure (``error_kind`` ``program``) whose text says the model, not the SQL, failed:
+#: a server down, a timeout or rate limit of the endpoint, a prompt over the context window.
+_LM_TEXT = re.compile(
+    r"APIConnectionError|APIError|ServiceUnavailable|RateLimit|AuthenticationError|"
+    r"Connection (refused|error|reset)|context (window|length)|ContextWindowExceeded|"
+    r"litellm|openai\.|llama_cpp|\bLM\b|language model|BadRequestError",
+    re.I,
+)
 
 #: For records without a known kind (older files, other engines): the error text decides.
 _TEXT_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -91,13 +111,16 @@ def error_class(record: Mapping[str, Any]) -> str:
     A correct record is ``correct``; a miss whose SQL ran is a ``wrong result``; a miss with an
     error is classed by its ``error_kind`` when the evaluator recorded one it knows, else by the
     error text, else ``other`` (no SQL, a program failure, a runtime error such as an ambiguous
-    column).
+    column). A failed model call (the endpoint down, rate-limited, a prompt over the context
+    window) is an ``LM failure``, its own class: it says nothing about the program's SQL.
     """
     if record.get("correct"):
         return CORRECT
     error = record.get("error")
     if not error:
         return WRONG_RESULT
+    if record.get("error_kind") == "program" and _LM_TEXT.search(str(error)):
+        return LM_FAILURE
     kind = _KIND_CLASSES.get(str(record.get("error_kind") or ""))
     if kind is not None:
         return kind
@@ -109,11 +132,12 @@ def error_class(record: Mapping[str, Any]) -> str:
 
 @dataclass
 class Run:
-    """One evaluation run: a display name and its records."""
+    """One evaluation run: a display name, its records and its provenance (may be empty)."""
 
     name: str
     records: list[dict[str, Any]]
     path: Path | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -160,6 +184,27 @@ class Run:
         values = [(r.get("usage") or {}).get(field) for r in self.records]
         return [float(v) for v in values if v is not None]
 
+    def ex_by_database(self) -> dict[str, Interval]:
+        """EX per ``db_id`` (sorted by name), with intervals."""
+        dbs: dict[str, list[bool]] = {}
+        for r in self.records:
+            dbs.setdefault(str(r.get("db_id") or "?"), []).append(bool(r.get("correct")))
+        return {db: bootstrap_ci(dbs[db]) for db in sorted(dbs)}
+
+    def oracle_ex(self) -> Interval | None:
+        """EX had the best candidate been chosen: a question counts when its answer or any of
+        its ``candidates`` is correct. None when no record carries candidates."""
+        if not any(isinstance(r.get("candidates"), list) for r in self.records):
+            return None
+        hits = []
+        for r in self.records:
+            candidates = r.get("candidates") if isinstance(r.get("candidates"), list) else []
+            hits.append(
+                bool(r.get("correct"))
+                or any(isinstance(c, Mapping) and c.get("correct") for c in candidates)
+            )
+        return bootstrap_ci(hits)
+
 
 def _level(record: Mapping[str, Any]) -> str:
     return str(record.get("difficulty") or "unknown")
@@ -178,7 +223,44 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
     records = read_records(path)
     if not records:
         raise ValueError(f"{path} holds no evaluation records")
-    return Run(name or path.stem, records, path)
+    return Run(name or path.stem, records, path, read_provenance(path))
+
+
+#: Provenance fields shown per run, in order.
+PROVENANCE_FIELDS = ("program", "switches", "model", "artifact", "commit")
+
+
+def read_provenance(path: str | Path) -> dict[str, Any]:
+    """What a run was: program, switches, model, the artefact's content hash, the commit.
+
+    From ``<path>.run.json`` (written by ``evaluate``: its ``_run`` identity, and the commit the
+    CLI adds beside it), else from an experiment's summary ``<stem>.json`` with the same keys;
+    empty when neither exists or neither reads. Never raises: a report without provenance is
+    still a report.
+    """
+    path = Path(path)
+    found: dict[str, Any] = {}
+    for candidate, part in (
+        (path.with_name(path.name + ".run.json"), "_run"),
+        (path.with_suffix(".json"), None),
+    ):
+        if not candidate.is_file() or candidate == path:
+            continue
+        try:
+            payload = json.loads(candidate.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(payload, dict):
+            continue
+        body = payload.get(part) if part else payload
+        if not isinstance(body, dict):
+            continue
+        found = {k: body.get(k) for k in PROVENANCE_FIELDS if body.get(k) is not None}
+        extra = payload.get("provenance") if isinstance(payload.get("provenance"), dict) else {}
+        found.update({k: v for k, v in extra.items() if k in PROVENANCE_FIELDS and v})
+        if found:
+            break
+    return found
 
 
 # --- figures ---------------------------------------------------------------------------------------
@@ -360,7 +442,35 @@ th { background: #f4f4f4; }
 img { max-width: 100%; display: block; margin: 0.6em 0; }
 .note { color: #666; font-size: 0.85em; }
 code { font-size: 0.9em; }
+table.questions { width: 100%; table-layout: fixed; }
+table.questions th, table.questions td { text-align: left; vertical-align: top;
+                                         overflow-wrap: anywhere; }
+table.questions th:nth-child(1) { width: 15%; } table.questions th:nth-child(2) { width: 9%; }
+table.questions th:nth-child(3) { width: 20%; }
+table.questions code { white-space: pre-wrap; }
+td.ok { background: #e7f3e9; } td.miss { background: #fbeaea; } td.lm { background: #e6e6e6; }
+.filters label { margin-right: 1em; font-size: 0.9em; }
+.filters input { margin-right: 0.25em; }
 """
+
+#: The per-question filters: (id, label, the row class it shows; None shows every row).
+_FILTERS = (
+    ("all", "all", None),
+    ("gained", "gained against the first run", "gained"),
+    ("lost", "lost against the first run", "lost"),
+    ("wrong", "wrong in every run", "allwrong"),
+    ("lm", "an LM failure", "lmfail"),
+)
+
+
+def _filter_css() -> str:
+    """Radio buttons that hide rows with CSS alone: the page stays script-free."""
+    rules = [
+        f"#qf-{fid}:checked ~ table.questions tbody tr:not(.{cls}) {{ display: none; }}"
+        for fid, _, cls in _FILTERS
+        if cls
+    ]
+    return "<style>" + "\n".join(rules) + "</style>"
 
 
 def _mean(values: Sequence[float]) -> str:
@@ -379,15 +489,17 @@ def _img(uri: str, alt: str) -> str:
     return f'<img src="{uri}" alt="{html.escape(alt)}">'
 
 
-def _summary_rows(runs: Sequence[Run]) -> list[list[Any]]:
+def _summary_rows(runs: Sequence[Run], with_oracle: bool = False) -> list[list[Any]]:
     rows = []
     for run in runs:
         errors = sum(r.get("error") is not None for r in run.records)
+        oracle = run.oracle_ex()
         rows.append(
             [
                 run.name,
                 run.n,
                 str(run.ex()),
+                *([str(oracle) if oracle is not None else "–"] if with_oracle else []),
                 errors,
                 _mean(run.calls()),
                 _mean(run.calls("cached_calls")),
@@ -420,11 +532,128 @@ def _paired_rows(
     return rows
 
 
+def _provenance_rows(runs: Sequence[Run]) -> list[list[Any]]:
+    rows = []
+    for run in runs:
+        prov = run.provenance
+        switches = prov.get("switches")
+        shown = (
+            " ".join(f"{k}={v}" for k, v in switches.items())
+            if isinstance(switches, dict)
+            else str(switches or "")
+        )
+        rows.append(
+            [
+                run.name,
+                prov.get("program", "–"),
+                shown or "(defaults)" if prov.get("program") else "–",
+                prov.get("model", "–"),
+                prov.get("artifact", "–"),
+                str(prov.get("commit", "–"))[:12],
+            ]
+        )
+    return rows
+
+
+def _database_table(runs: Sequence[Run]) -> str:
+    """EX per database, runs side by side (percent and n)."""
+    per_run = [run.ex_by_database() for run in runs]
+    databases = sorted({db for cells in per_run for db in cells})
+    rows = []
+    for db in databases:
+        row: list[Any] = [db]
+        for cells in per_run:
+            cell = cells.get(db)
+            row.append(f"{100 * cell.estimate:.1f} (n={cell.n})" if cell else "–")
+        rows.append(row)
+    return _table(["database", *(f"{run.name} EX %" for run in runs)], rows)
+
+
+def _question_rows(runs: Sequence[Run]) -> list[tuple[str, dict[str, Any], list[Any]]]:
+    """Per question id (first run's order, then the others'): its row classes, its fields and
+    each run's record (None where that run did not answer it)."""
+    by_run = [{str(r.get("question_id")): r for r in run.records} for run in runs]
+    order: list[str] = []
+    seen: set[str] = set()
+    for records in by_run:
+        for qid in records:
+            if qid not in seen:
+                seen.add(qid)
+                order.append(qid)
+    out = []
+    for qid in order:
+        cells = [records.get(qid) for records in by_run]
+        first = next(c for c in cells if c is not None)
+        marks = []
+        base = cells[0]
+        others = [c for c in cells[1:] if c is not None]
+        if base is not None and others:
+            if not base.get("correct") and any(c.get("correct") for c in others):
+                marks.append("gained")
+            if base.get("correct") and any(not c.get("correct") for c in others):
+                marks.append("lost")
+        if not any(c.get("correct") for c in cells if c is not None):
+            marks.append("allwrong")
+        if any(c is not None and error_class(c) == LM_FAILURE for c in cells):
+            marks.append("lmfail")
+        out.append((" ".join(marks), first, cells))
+    return out
+
+
+def _questions_section(runs: Sequence[Run]) -> list[str]:
+    """The per-question table with its CSS-only filters."""
+    rows = _question_rows(runs)
+    counts = {cls: sum(cls in marks.split() for marks, _, _ in rows) for _, _, cls in _FILTERS}
+    parts = [_filter_css(), '<div class="filters">']
+    for fid, label, cls in _FILTERS:
+        n = len(rows) if cls is None else counts[cls]
+        checked = " checked" if cls is None else ""
+        parts.append(
+            f'<input type="radio" name="qf" id="qf-{fid}"{checked}>'
+            f'<label for="qf-{fid}">{html.escape(label)} ({n})</label>'
+        )
+    # The inputs and the table are siblings inside the div, so the CSS filter (~) reaches rows.
+    head = "".join(
+        f"<th>{html.escape(h)}</th>"
+        for h in ["question", "database", "gold SQL", *(run.name for run in runs)]
+    )
+    body = []
+    for marks, first, cells in rows:
+        tds = [
+            f"<td>{html.escape(str(first.get('question') or ''))}"
+            f'<br><span class="note">{html.escape(str(first.get("question_id")))} · '
+            f"{html.escape(_level(first))}</span></td>",
+            f"<td>{html.escape(str(first.get('db_id') or ''))}</td>",
+            f"<td><code>{html.escape(str(first.get('gold_sql') or ''))}</code></td>",
+        ]
+        for cell in cells:
+            if cell is None:
+                tds.append("<td>–</td>")
+                continue
+            cls = error_class(cell)
+            css = "ok" if cls == CORRECT else "lm" if cls == LM_FAILURE else "miss"
+            error = cell.get("error")
+            detail = (
+                f'<br><span class="note">{html.escape(str(error)[:300])}</span>' if error else ""
+            )
+            tds.append(
+                f'<td class="{css}"><b>{html.escape(cls)}</b><br>'
+                f"<code>{html.escape(str(cell.get('pred_sql') or ''))}</code>{detail}</td>"
+            )
+        body.append(f'<tr class="{marks}">' + "".join(tds) + "</tr>")
+    parts.append(
+        f'<table class="questions"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
+    return parts
+
+
 def render_report(runs: Sequence[Run], title: str = "sqlweave evaluation report") -> str:
     """The HTML page (a string) for ``runs``; the first run is the baseline of the comparisons."""
     if not runs:
         raise ValueError("a report needs at least one run")
     levels = _ordered_levels({_level(r) for run in runs for r in run.records})
+    with_oracle = any(run.oracle_ex() is not None for run in runs)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -442,13 +671,26 @@ def render_report(runs: Sequence[Run], title: str = "sqlweave evaluation report"
                 "run",
                 "n",
                 "EX % [95% CI]",
+                *(["oracle EX %"] if with_oracle else []),
                 "errors",
                 "LM calls / q",
                 "cached / q",
                 "tokens / q",
                 "seconds / q",
             ],
-            _summary_rows(runs),
+            _summary_rows(runs, with_oracle),
+        ),
+        *(
+            [
+                '<p class="note">Oracle EX counts a question when any candidate the program '
+                "considered was correct: the ceiling a perfect selector would reach.</p>"
+            ]
+            if with_oracle
+            else []
+        ),
+        "<h2>Runs</h2>",
+        _table(
+            ["run", "program", "switches", "model", "artefact", "commit"], _provenance_rows(runs)
         ),
         "<h2>EX per difficulty</h2>",
         _img(plot_ex_by_difficulty(runs), "EX per difficulty with 95% intervals"),
@@ -498,6 +740,12 @@ def render_report(runs: Sequence[Run], title: str = "sqlweave evaluation report"
         '<p class="note">Seconds are the program\'s wall time per question. Calls answered from '
         "DSPy's cache count no tokens and take almost no time, so a run replayed from the cache "
         "looks free: read the cached column of the summary first.</p>",
+        "<h2>EX per database</h2>",
+        _database_table(runs),
+        "<h2>Questions</h2>",
+        '<p class="note">Every question with each run\'s SQL and outcome. "Gained" and '
+        '"lost" compare each later run with the first.</p>',
+        *_questions_section(runs),
         "</body></html>",
     ]
     return "\n".join(parts)

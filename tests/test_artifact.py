@@ -47,11 +47,11 @@ def test_artifact_records_provenance(saved: Path, train: list[dspy.Example]) -> 
     assert meta["switches"]["schema_layout"] == "native" and meta["switches"]["linker"] == "none"
     assert meta["optimizer"] == "bootstrap" and meta["budget"] == 10
     assert meta["lm"] == "dummy"
-    assert meta["val_ex"] == 1.0 and meta["n_train"] == 4 and meta["n_val"] == 2
+    assert meta["val_ex_pct"] == 100.0 and meta["n_train"] == 4 and meta["n_val"] == 2
     assert 0 < meta["lm_calls"] <= 10
     assert meta["compile_seconds"] >= 0
     assert len(meta["trainset_hash"]) == 16
-    generate = payload["state"]["generate"]
+    generate = payload["generate"]  # DSPy's layout: one top-level key per predictor
     assert generate["signature"]["instructions"].startswith("Reply with one read-only SQL query")
     assert len(generate["demos"]) == 2
     assert {"db_schema", "dialect", "question", "sql"} <= set(generate["demos"][0])
@@ -59,9 +59,9 @@ def test_artifact_records_provenance(saved: Path, train: list[dspy.Example]) -> 
 
 def test_round_trip_keeps_instructions_and_demos(saved: Path) -> None:
     program, meta = load_program(saved)
-    state = json.loads(saved.read_text())["state"]
+    state = json.loads(saved.read_text())
     assert program.dump_state()["generate"]["demos"] == state["generate"]["demos"]
-    assert meta.val_ex == 1.0
+    assert meta.val_ex_pct == 100.0 and meta.val_ex == 1.0
 
 
 def test_knn_artifact_round_trip(train: list[dspy.Example], tmp_path: Path) -> None:
@@ -111,18 +111,21 @@ def test_not_json(saved: Path) -> None:
         (lambda p: p.update(format="other"), "no 'sqlweave-program' header"),
         (
             lambda p: p.update(format_version=FORMAT_VERSION + 1),
-            "newer than the 1 this sqlweave reads",
+            f"newer than the {FORMAT_VERSION} this sqlweave reads",
         ),
         (lambda p: p.pop("format_version"), "format_version is missing"),
-        (lambda p: p.update(state=[1, 2]), "'state' is missing or not an object"),
+        (
+            lambda p: p.update(generate=[1, 2]),
+            r"bad predictor state for 'generate' \(not an object\)",
+        ),
         (lambda p: p.pop("meta"), "'meta.program' is missing"),
         (lambda p: p["meta"].update(program="nope"), "program 'nope' is unknown to this sqlweave"),
         (
-            lambda p: p["state"].update(extra_step=p["state"]["generate"]),
+            lambda p: p.update(extra_step=p["generate"]),
             r"predictors \['extra_step', 'generate'\] do not match",
         ),
         (lambda p: p["meta"].update(switches={"bogus": 1}), "cannot build 'direct' with switches"),
-        (lambda p: p["state"]["generate"].update(demos=5), "bad predictor state"),
+        (lambda p: p["generate"].update(demos=5), "bad predictor state"),
         (lambda p: p.update(knn={"k": "two"}), "'knn' needs an int k"),
     ],
 )

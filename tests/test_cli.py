@@ -128,9 +128,18 @@ def test_compile_inspect_ask_evaluate(
 
     result = runner.invoke(app, ["inspect", str(out)])
     assert result.exit_code == 0, result.output
-    assert '"optimizer": "labeled"' in result.output and '"dspy": "' in result.output
-    assert "[generate] instructions unchanged" in result.output
-    assert "[generate] demos: 0 -> 2 (+2)" in result.output
+    # The summary leads: provenance, then what compiling changed; no raw JSON without --json.
+    lines = result.output.splitlines()
+    assert lines[0].startswith("direct compiled with labeled on 6 train examples")
+    assert lines[1].startswith("validation EX 0.0% (n=20) on spider-train-val")
+    assert lines[3] == "what compile changed:"
+    assert "  [generate] instructions unchanged" in lines[4:8]
+    assert "  [generate] demos: 0 -> 2 (+2)" in lines[4:8]
+    assert '"optimizer"' not in result.output
+    result = runner.invoke(app, ["inspect", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    raw = json.loads(result.output)
+    assert raw["optimizer"] == "labeled" and raw["versions"]["dspy"] and raw["val_ex_pct"] == 0.0
 
     result = runner.invoke(
         app,
@@ -312,6 +321,11 @@ def test_demo_compiles_by_switch_search_evaluates_and_asks(
 def test_programs_lists_programs_switches_and_stages() -> None:
     result = runner.invoke(app, ["programs"])
     assert result.exit_code == 0, result.output
-    assert "pet:" in result.output and "linker=tables" in result.output
+    # one line per program: name, paper, what it does
+    assert any(line.split()[:2] == ["pet", "PET-SQL"] for line in result.output.splitlines())
+    assert "linker=" not in result.output
+    result = runner.invoke(app, ["programs", "--switches"])
+    assert result.exit_code == 0, result.output
+    assert "linker=tables" in result.output
     assert "linker: bidirectional, columns, forward, none, tables, values" in result.output
     assert "corrector:" in result.output and "mage" in result.output

@@ -63,7 +63,7 @@ def test_artifact_round_trip_keeps_demos(tmp_path: Path) -> None:
     )
     program.generate.demos = [demo]
     path = save_program(
-        program, tmp_path / "p.json", ArtifactMeta(program="direct", lm="local:x", val_ex=0.5)
+        program, tmp_path / "p.json", ArtifactMeta(program="direct", lm="local:x", val_ex_pct=50.0)
     )
     loaded, meta = load_program(path)
     assert meta.val_ex == 0.5 and meta.lm == "local:x"

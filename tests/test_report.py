@@ -21,7 +21,15 @@ import pytest
 from typer.testing import CliRunner
 
 from sqlweave.cli import app
-from sqlweave.report import ERROR_CLASSES, Run, error_class, load_run, render_report, write_report
+from sqlweave.report import (
+    ERROR_CLASSES,
+    Run,
+    error_class,
+    load_run,
+    read_provenance,
+    render_report,
+    write_report,
+)
 
 pytest.importorskip("matplotlib", reason="reports need the 'report' extra (matplotlib)")
 
@@ -39,7 +47,8 @@ DATA_URI = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 
 @pytest.fixture()
 def run_files(tmp_path: Path) -> list[Path]:
-    """The real 0.5B runs, each cut to its first 10 questions."""
+    """The real 0.5B runs, each cut to its first 10 questions, with their summaries (which
+    name the program, switches, model and commit)."""
     out = []
     for name in RUN_NAMES:
         source = RUNS / f"{name}.jsonl"
@@ -48,6 +57,8 @@ def run_files(tmp_path: Path) -> list[Path]:
         lines = source.read_text(encoding="utf-8").splitlines()[:10]
         path = tmp_path / f"{name}.jsonl"
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        if source.with_suffix(".json").is_file():
+            shutil.copyfile(source.with_suffix(".json"), path.with_suffix(".json"))
         out.append(path)
     return out
 
@@ -70,6 +81,11 @@ def run_files(tmp_path: Path) -> list[Path]:
         ({"correct": False, "error": 'column "foo" does not exist'}, "unknown column/table"),
         ({"correct": False, "error": "sqlite3.OperationalError: near \"x\": syntax error"}, "syntax error"),
         ({"correct": False, "error": "canceling statement due to statement timeout"}, "timeout"),
+        # The model, not the SQL, failed: its own class.
+        ({"correct": False, "error": "APIConnectionError: Connection refused", "error_kind": "program"}, "LM failure"),
+        ({"correct": False, "error": "ValueError: Requested tokens exceed context window", "error_kind": "program"}, "LM failure"),
+        ({"correct": False, "error": "KeyError: 'x'", "error_kind": "program"}, "other"),
+        ({"correct": False, "error": "the model is down", "error_kind": "lm"}, "LM failure"),
     ],
 )  # fmt: skip
 def test_error_class(record: dict, expected: str) -> None:
@@ -93,6 +109,55 @@ def test_run_statistics_from_records() -> None:
     assert run.classes()["unknown column/table"] == 1 and run.classes()["wrong result"] == 1
     assert run.tokens() == [110.0, 320.0] and run.seconds() == [1.0, 3.0, 2.0]
     assert run.calls() == [1.0, 2.0]
+
+
+def test_per_database_oracle_and_question_marks() -> None:
+    base = Run(
+        "base",
+        [
+            {"question_id": "a", "db_id": "x", "correct": True},
+            {"question_id": "b", "db_id": "x", "correct": False, "error": None},
+            {"question_id": "c", "db_id": "y", "correct": False, "error": None},
+        ],
+    )
+    other = Run("other", [
+        {"question_id": "a", "db_id": "x", "correct": False, "error": None,
+         "candidates": [{"sql": "s", "correct": True}]},
+        {"question_id": "b", "db_id": "x", "correct": True, "candidates": []},
+        {"question_id": "c", "db_id": "y", "correct": False, "error": "RateLimitError: slow down",
+         "error_kind": "program"},
+    ])  # fmt: skip
+    assert {db: c.estimate for db, c in base.ex_by_database().items()} == {"x": 0.5, "y": 0.0}
+    assert base.oracle_ex() is None  # no record carries candidates
+    assert other.oracle_ex().estimate == pytest.approx(2 / 3)  # a's candidate was right
+    page = render_report([base, other])
+    assert "oracle EX %" in page and "EX per database" in page
+    # one row per question id, in the first run's order: a lost, b gained, c wrong everywhere
+    classes = re.findall(r'<tr class="([a-z ]*)">', page)
+    assert classes == ["lost", "gained", "allwrong lmfail"]
+    assert "lost against the first run (1)" in page and "an LM failure (1)" in page
+
+
+def test_provenance_from_the_run_json(tmp_path: Path) -> None:
+    records = tmp_path / "run.jsonl"
+    records.write_text(json.dumps({"question_id": "a", "correct": True}) + "\n")
+    (tmp_path / "run.jsonl.run.json").write_text(json.dumps({
+        "_run": {"program": "weave", "switches": {"samples": 3}, "model": "local:m",
+                 "semantics": "per-example", "artifact": "abc123"},
+        "provenance": {"commit": "f" * 40, "sqlweave": "0.1.0"},
+    }))  # fmt: skip
+    prov = read_provenance(records)
+    assert prov == {
+        "program": "weave",
+        "switches": {"samples": 3},
+        "model": "local:m",
+        "artifact": "abc123",
+        "commit": "f" * 40,
+    }
+    page = render_report([load_run(records)])
+    assert "<td>samples=3</td>" in page and "<td>local:m</td>" in page and "ffffffffffff" in page
+    (tmp_path / "run.jsonl.run.json").write_text("{not json")
+    assert read_provenance(records) == {}  # a broken sidecar costs the provenance, not the page
 
 
 # --- the page -------------------------------------------------------------------------------------
@@ -120,8 +185,13 @@ def test_report_is_one_self_contained_page(run_files: list[Path], tmp_path: Path
     for name in RUN_NAMES:
         assert name in page
     assert "McNemar" in page and "0.5B on Spider" in page
-    # The paired table compares every later run with the first on the 10 shared questions.
+    # Provenance from each run's summary, per-database EX, one row per question.
+    assert "<td>mage</td>" in page and "<td>local:qwen2.5-coder-0.5b</td>" in page
     first = load_run(run_files[0])
+    for db in {r["db_id"] for r in first.records}:
+        assert f"<td>{db}</td>" in page
+    assert page.count('<tr class="') == 10
+    # The paired table compares every later run with the first on the 10 shared questions.
     assert page.count(">10<") >= len(RUN_NAMES) - 1
     assert first.n == 10
 
@@ -166,7 +236,14 @@ window.addEventListener("load", () => {
   const images = Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight]);
   const out = document.createElement("pre");
   out.id = "probe";
-  out.textContent = JSON.stringify({images, title: document.title, scroll: document.body.scrollHeight});
+  const visible = () => Array.from(document.querySelectorAll("table.questions tbody tr"))
+    .filter(r => r.offsetParent !== null).length;
+  const shown = {};
+  for (const id of ["gained", "lost", "wrong", "all"]) {
+    document.getElementById("qf-" + id).click();
+    shown[id] = visible();
+  }
+  out.textContent = JSON.stringify({images, title: document.title, scroll: document.body.scrollHeight, shown});
   document.body.appendChild(out);
 });
 </script>"""
@@ -214,6 +291,16 @@ def test_report_loads_in_headless_chromium(run_files: list[Path], tmp_path: Path
     assert state["title"] == "sqlweave report: 0.5B on Spider"
     assert len(state["images"]) == 4
     assert all(done and w > 300 and h > 100 for done, w, h in state["images"]), state
+    # The per-question filters work in a real browser, with CSS alone.
+    page = out.read_text(encoding="utf-8")
+    classes = re.findall(r'<tr class="([a-z ]*)">', page)
+    expected = {
+        "gained": sum("gained" in c.split() for c in classes),
+        "lost": sum("lost" in c.split() for c in classes),
+        "wrong": sum("allwrong" in c.split() for c in classes),
+        "all": len(classes),
+    }
+    assert state["shown"] == expected and expected["all"] == 10
 
     shot = tmp_path / "report.png"
     # Headless window height includes a little more than the viewport: leave a margin.

@@ -337,7 +337,7 @@ def test_artefact_records_the_search(artefact: Path) -> None:
     search = meta["extra"]["details"]["search"]
     assert search["chosen"] == {"schema_layout": "compact"} and len(search["trials"]) == 3
     assert {"switches", "score", "calls", "status"} <= set(search["trials"][0])
-    assert meta["val_ex"] == 1.0
+    assert meta["val_ex_pct"] == 100.0
 
 
 def test_artefact_loads_in_a_fresh_process_without_training_data(

@@ -1,0 +1,295 @@
+"""CLI conventions (issue 39): -h, --version, quiet logging, --json, one spelling per option,
+switch types read with typing.get_type_hints, and help text without RST markup."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import typing
+from pathlib import Path
+
+import dspy
+import pytest
+import typer
+from dspy.utils import DummyLM
+from typer.testing import CliRunner
+
+from sqlweave import logs
+from sqlweave.cli import PROGRAM_CARDS, _scalar_of, app, switch_types, typed_switches
+
+runner = CliRunner()
+
+
+@pytest.fixture()
+def dummy_model(monkeypatch: pytest.MonkeyPatch):
+    """The CLI's --model resolves to a DummyLM that answers ``holder["lm"]``."""
+    holder: dict[str, DummyLM] = {}
+
+    def fake_configure(model: str, **options: object) -> DummyLM:
+        holder["options"] = options
+        dspy.configure(lm=holder["lm"])
+        return holder["lm"]
+
+    monkeypatch.setattr("sqlweave.lm.configure", fake_configure)
+    yield holder
+    dspy.configure(lm=None)
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """Each test's logging set-up is undone: other tests read the default configuration."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    levels = {n: logging.getLogger(n).level for n in (*logs.THIRD_PARTY, *logs.DETAIL_LOGGERS)}
+    yield
+    logs._hub_progress_bars(True)
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, lv in levels.items():
+        logging.getLogger(name).setLevel(lv)
+
+
+def test_version_and_short_help() -> None:
+    from sqlweave import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"sqlweave {__version__}"
+    for args in (
+        ["-h"],
+        ["evaluate", "-h"],
+        ["models", "-h"],
+        ["gnn", "-h"],
+        ["gnn", "train", "-h"],
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0 and "Usage:" in result.output, args
+
+
+def test_help_has_no_rst_markup_and_names_gnn_commands() -> None:
+    from sqlweave.gnn.cli import app as gnn_app
+
+    root = runner.invoke(app, ["-h"]).output
+    gnn_commands = [c.name or c.callback.__name__ for c in gnn_app.registered_commands]
+    assert gnn_commands and all(name in root for name in gnn_commands)
+    assert "embed" not in root
+    for command in ("ask", "evaluate", "compile", "inspect", "report", "programs", "demo"):
+        text = runner.invoke(app, [command, "-h"]).output
+        assert "``" not in text and ":func:" not in text, command
+
+
+def test_one_spelling_per_option() -> None:
+    text = runner.invoke(app, ["evaluate", "-h"]).output
+    assert "--lm-threads" in text and "--n-threads" not in text  # the old name is hidden
+    compile_help = runner.invoke(app, ["compile", "-h"], terminal_width=200).output
+    # defaults that say what they are, and the same as the Python API's
+    from sqlweave.api import DEFAULT_MAX_DEMOS, DEFAULT_N_VAL, compile
+
+    assert re.search(rf"--n-val\s.*\[default: {DEFAULT_N_VAL}\]", compile_help)
+    assert re.search(rf"--max-demos\s.*\[default: {DEFAULT_MAX_DEMOS}\]", compile_help)
+    import inspect
+
+    assert inspect.signature(compile).parameters["max_demos"].default == DEFAULT_MAX_DEMOS
+
+
+def test_old_n_threads_still_reaches_the_engine(
+    dummy_model: dict, spider_root: Path, tmp_path: Path
+) -> None:
+    dummy_model["lm"] = DummyLM({"": {"sql": "SELECT 1"}})
+    args = ["evaluate", "--data-root", str(spider_root), "--n", "1", "--no-progress"]
+    args += ["--model", "local:qwen2.5-coder-0.5b", "--out", str(tmp_path / "r.jsonl")]
+    result = runner.invoke(app, [*args, "--n-threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert dummy_model["options"] == {"n_threads": 1}
+    result = runner.invoke(app, [*args, "--lm-threads", "0"])
+    assert result.exit_code == 2 and "--lm-threads must be at least 1" in result.output
+
+
+def test_ask_json(dummy_model: dict, demo_concert_db: Path) -> None:
+    dummy_model["lm"] = DummyLM([{"sql": "SELECT count(*) AS n FROM singer"}])
+    result = runner.invoke(
+        app, ["ask", "How many singers?", "--db", str(demo_concert_db), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    assert answer == {
+        "sql": "SELECT count(*) AS n FROM singer",
+        "columns": ["n"],
+        "rows": [[6]],
+        "truncated": False,
+        "error": None,
+    }
+    dummy_model["lm"] = DummyLM([{"sql": "SELECT zzzq FROM nowhere_table"}])
+    result = runner.invoke(app, ["ask", "Names?", "--db", str(demo_concert_db), "--json"])
+    assert result.exit_code == 1
+    failed = json.loads(result.output)
+    assert failed["rows"] == [] and failed["error"]["kind"] and failed["error"]["message"]
+
+
+def test_evaluate_json_in_percent(dummy_model: dict, spider_root: Path, tmp_path: Path) -> None:
+    dummy_model["lm"] = DummyLM({"": {"sql": "SELECT 1"}})
+    out = tmp_path / "r.jsonl"
+    result = runner.invoke(
+        app,
+        ["evaluate", "--data-root", str(spider_root), "--n", "2", "--out", str(out), "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)  # nothing but the object: no progress bar, no log line
+    assert summary["n"] == 2 and summary["records"] == str(out)
+    assert 0 <= summary["ex_pct"] <= 100 and len(summary["ci95_pct"]) == 2
+    # The commit that made the records sits beside the run identity, for the report.
+    from sqlweave import __version__
+    from sqlweave.report import read_provenance
+
+    sidecar = json.loads(out.with_name(out.name + ".run.json").read_text())
+    assert sidecar["provenance"]["sqlweave"] == __version__
+    commit = sidecar["provenance"]["commit"]
+    assert commit is None or re.fullmatch(r"[0-9a-f]{40}", commit)
+    assert read_provenance(out)["program"] == "direct"
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    expected = 100 * sum(r["correct"] for r in records) / len(records)
+    assert summary["ex_pct"] == pytest.approx(expected)
+
+
+def test_quiet_logging_hides_third_party_debug_and_cuts_long_lines(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    logs.setup(logs.NORMAL)
+    bm25s = logging.getLogger("bm25s")
+    bm25s.setLevel(logging.DEBUG)  # what bm25s does on import
+    bm25s.debug("Building index from tokens")
+    logging.getLogger("dspy.teleprompt.bootstrap").error("Failed to run example %s", "x" * 2000)
+    logging.getLogger("sqlweave.somewhere").warning("first line\nCREATE TABLE a (b);" + "y" * 500)
+    err = capfd.readouterr().err
+    assert "Building index" not in err and "Failed to run example" not in err
+    lines = [line for line in err.splitlines() if line]
+    assert len(lines) == 1 and lines[0].endswith("first line")
+
+    logs.setup(logs.VERBOSE)
+    logging.getLogger("bm25s").info("Building index from tokens")
+    logging.getLogger("dspy.teleprompt.bootstrap").error("Failed to run example %s", "x" * 2000)
+    err = capfd.readouterr().err
+    assert "Building index" in err and "x" * 2000 in err
+
+    hub = pytest.importorskip("huggingface_hub.utils")
+    assert not hub.are_progress_bars_disabled()  # verbose: the encoder's own bars show
+    logs.setup(logs.QUIET)
+    assert hub.are_progress_bars_disabled()  # "Loading weights" no longer between our bars
+    logging.getLogger("sqlweave.somewhere").warning("a warning")
+    logging.getLogger("dspy").info("dspy info")
+    assert capfd.readouterr().err == ""
+
+
+def test_switch_types_come_from_type_hints() -> None:
+    from sqlweave.programs import available, program_class
+
+    assert _scalar_of(int, Parameter_empty()) == (int, False)
+    assert _scalar_of(int | None, None) == (int, True)
+    assert _scalar_of(typing.Optional[str], Parameter_empty()) == (str, True)  # noqa: UP045
+    assert _scalar_of(typing.Literal["a", "b"], "a") == (str, False)
+    assert _scalar_of(dspy.Module, Parameter_empty()) == (None, False)
+    assert _scalar_of(str | dspy.Module, "none") == (str, False)  # a stage set by name
+    weave = switch_types(program_class("weave"))
+    assert weave["samples"] == (int, False) and weave["num_demos"][0] is int
+    assert typed_switches("weave", ["samples=3", "value_hints=no"]) == {
+        "samples": 3,
+        "value_hints": False,
+    }
+    with pytest.raises(typer.Exit):
+        typed_switches("weave", ["samples=many"])
+    for name in available():  # every program's switches resolve
+        assert switch_types(program_class(name)) is not None
+
+
+def Parameter_empty():  # noqa: N802 - names inspect.Parameter.empty
+    from inspect import Parameter
+
+    return Parameter.empty
+
+
+def test_every_program_has_a_card() -> None:
+    from sqlweave.programs import available
+
+    assert set(available()) <= set(PROGRAM_CARDS)
+    lines = runner.invoke(app, ["programs"]).output.split("\n\n")[0].splitlines()
+    assert [line.split()[0] for line in lines] == available()
+
+
+def test_compile_on_a_questions_file_says_when_it_kept_the_defaults(
+    dummy_model: dict, tmp_path: Path, demo_concert_db: Path
+) -> None:
+    """The README's `compile --train my_questions.jsonl`: one database, so a seeded fifth of
+    the questions validates; a compile that changes nothing (no demo allowed, every trace
+    wrong) says so in one line instead of saving a silent no-op."""
+    rows = [
+        ("How many singers?", "SELECT count(*) FROM singer"),
+        ("How many concerts?", "SELECT count(*) FROM concert"),
+        ("How many stadiums?", "SELECT count(*) FROM stadium"),
+        ("Singer names?", "SELECT name FROM singer"),
+        ("Stadium names?", "SELECT name FROM stadium"),
+    ]
+    questions = tmp_path / "mine.jsonl"
+    questions.write_text(
+        "\n".join(
+            json.dumps({"question": q, "sql": s, "db_path": str(demo_concert_db)}) for q, s in rows
+        )
+        + "\n"
+    )
+    dummy_model["lm"] = DummyLM({"": {"sql": "SELECT 1"}})  # wrong on every question
+    out = tmp_path / "mine.json"
+    result = runner.invoke(
+        app,
+        ["compile", "--train", str(questions), "--optimizer", "bootstrap", "--max-demos", "0",
+         "--out", str(out), "--no-progress"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "compiled direct with bootstrap on 4 train examples" in result.output
+    assert "validation EX 0.0% (n=1) on a seeded 20% of the train questions" in result.output
+    assert "the compile kept the program as it was: no demonstration added" in result.output
+    inspected = runner.invoke(app, ["inspect", str(out)]).output
+    assert "nothing: the compile kept the uncompiled program" in inspected
+
+
+def test_a_search_that_kept_the_defaults_says_why() -> None:
+    from sqlweave import programs
+    from sqlweave.cli import _kept_defaults_line
+    from sqlweave.optimizers.artifact import ArtifactMeta
+
+    search = {
+        "n_val": 10,
+        "trials": [
+            {"switches": {"samples": 1}, "score": 0.6, "status": "done"},
+            {"switches": {"samples": 3}, "score": 0.5, "status": "done"},
+        ],
+    }
+    meta = ArtifactMeta(program="direct", extra={"details": {"search": search}})  # fmt: skip
+    line = _kept_defaults_line(meta, programs.get("direct"))
+    assert line is not None and line.startswith("the compile kept the program's own switches")
+    assert "10 validation questions they scored 60.0%, the best other choice 50.0%" in line
+    # A switch set before compiling is not the compile's change; one the search moved is.
+    kept = ArtifactMeta(
+        program="direct",
+        switches={"samples": 1},
+        extra={"details": {"search": {**search, "chosen": {"samples": 1}}}},
+    )
+    assert _kept_defaults_line(kept, programs.get("direct", samples=1)) is not None
+    moved = ArtifactMeta(
+        program="direct",
+        switches={"samples": 3},
+        extra={"details": {"search": {**search, "chosen": {"samples": 3}}}},
+    )
+    assert _kept_defaults_line(moved, programs.get("direct", samples=3)) is None
+
+
+def test_evaluate_json_with_a_baseline(
+    dummy_model: dict, spider_root: Path, tmp_path: Path
+) -> None:
+    dummy_model["lm"] = DummyLM({"": {"sql": "SELECT 1"}})
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    base = ["evaluate", "--data-root", str(spider_root), "--n", "2", "--json"]
+    assert runner.invoke(app, [*base, "--out", str(first)]).exit_code == 0
+    result = runner.invoke(app, [*base, "--out", str(second), "--baseline", str(first)])
+    assert result.exit_code == 0, result.output
+    cmp = json.loads(result.output)["baseline"]
+    assert cmp["path"] == str(first) and cmp["n_shared"] == 2
+    assert cmp["delta_points"] == 0.0 and cmp["only_run"] == cmp["only_baseline"] == 0
