@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from sqlweave.api import CompiledProgram, Result, ask, compile, configure, load
     from sqlweave.examples import Example
     from sqlweave.optimizers.artifact import ArtifactError
+    from sqlweave.optimizers.synthesis import synthesize
 
 __version__ = "0.1.0"
 
@@ -27,6 +28,7 @@ _LAZY = {
     "configure": "sqlweave.api",
     "load": "sqlweave.api",
     "ArtifactError": "sqlweave.optimizers.artifact",
+    "synthesize": "sqlweave.optimizers.synthesis",
 }
 
 
@@ -56,4 +58,5 @@ __all__ = [
     "compile",
     "configure",
     "load",
+    "synthesize",
 ]

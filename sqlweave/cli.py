@@ -551,6 +551,65 @@ def _summary_json(summary: dict[str, Any], out: Path) -> dict[str, Any]:
 
 
 @app.command()
+def synthesize(
+    db: Annotated[str, typer.Option("--db", help="SQLite file or SQLAlchemy URL")],
+    n: Annotated[int, typer.Option("--n", help="question/SQL pairs to make")] = 40,
+    out: Annotated[
+        Path,
+        typer.Option(help="questions file to write (JSON Lines); a rerun resumes it"),
+    ] = Path("synthetic.jsonl"),
+    program: Annotated[
+        str, typer.Option(help="the program whose answers check each question (round trip)")
+    ] = "direct",
+    check: Annotated[
+        bool, typer.Option("--check/--no-check", help="keep only pairs that pass the round trip")
+    ] = True,
+    seed: Annotated[int, typer.Option(help="seed of the template draws")] = 0,
+    model: ModelOpt = "local:qwen2.5-coder-1.5b",
+    api_base: ApiBaseOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Make training pairs for your own database: template SQL checked by execution, the
+    question written by the LM, kept when a program's answer to it returns the same rows.
+
+    The file is a questions file: pass it to compile --train or evaluate --dataset.
+    """
+    _setup_logging(verbose, quiet)
+    from sqlweave.db import Database, ExecutionError
+    from sqlweave.optimizers.synthesis import SynthesisError, draft_queries
+    from sqlweave.optimizers.synthesis import synthesize as run_synthesis
+
+    if n < 1:
+        _fail(f"--n must be at least 1, not {n}")
+    _check_writable(out, "--out", touch=False)
+    try:
+        database = Database.open(db)
+    except ExecutionError as err:
+        _fail(err.message)
+    try:  # a database with nothing to ask about fails now, before the model loads
+        next(draft_queries(database, 1, seed=seed), None)
+    except SynthesisError as err:
+        _fail(str(err))
+    _configure_lm(model, api_base)
+    try:
+        pairs = run_synthesis(database, n, out=out, seed=seed, program=program, check=check)
+    except SynthesisError as err:
+        _fail(str(err))
+    except KeyError as err:
+        _fail(f"unknown program {err}")
+    typer.echo(
+        f"{len(pairs)} pairs for {database.name} in {out} (every verdict: {out}.tried.jsonl)"
+    )
+    if len(pairs) < n:
+        typer.secho(
+            f"only {len(pairs)} of {n}: the schema offered too few usable queries",
+            fg=typer.colors.YELLOW,
+            err=True,
+        )
+
+
+@app.command()
 def evaluate(
     program: ProgramOpt = "direct",
     dataset: DatasetOpt = "spider",

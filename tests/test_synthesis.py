@@ -126,3 +126,36 @@ def test_garbage_questions_are_rejected(tmp_path: Path):
     with dspy.context(lm=lm):
         pairs = synthesize(DEMO_CONCERT_DB, 2, check=False, progress=False)
     assert pairs == []
+
+
+def test_cli_synthesize_writes_a_questions_file(tmp_path: Path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from sqlweave import cli
+
+    # the CLI's model is the stand-in (no weights needed): configure makes it DSPy's LM
+    def stand_in(model, api_base, *args, **kwargs):
+        dspy.configure(lm=_lm())
+
+    monkeypatch.setattr(cli, "_configure_lm", stand_in)
+    out = tmp_path / "syn.jsonl"
+    args = ["synthesize", "--db", str(DEMO_CONCERT_DB), "--n", "2", "--out", str(out), "--no-check"]
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    assert "2 pairs for concert_singer" in result.output
+    assert len(load_questions(out)) == 2
+
+
+def test_cli_synthesize_on_a_database_with_no_tables_is_one_error_line(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from sqlweave import cli
+
+    empty = tmp_path / "empty.sqlite"
+    conn = sqlite3.connect(empty)
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    result = CliRunner().invoke(cli.app, ["synthesize", "--db", str(empty), "--n", "3"])
+    assert result.exit_code == 2
+    assert "no tables" in result.output
