@@ -382,8 +382,10 @@ def ask(
     except ExecutionError as err:
         _fail(err.feedback())
     except Exception as err:  # the LM or the program failed: one line, not a traceback
+        from sqlweave.failures import as_program_error
+
         logging.getLogger(__name__).debug("ask failed", exc_info=True)
-        _fail(f"the program failed: {type(err).__name__}: {_first_line(str(err))}")
+        _fail(str(as_program_error(err)))  # the error sqlweave.ask raises
     typer.echo(result.sql or "(the model returned no SQL)")
     if not result.sql:
         raise typer.Exit(code=1)
@@ -460,6 +462,7 @@ def evaluate(
     from sqlweave.db import ExecutionError
     from sqlweave.evaluate import compare, read_records
     from sqlweave.evaluate import evaluate as run_eval
+    from sqlweave.failures import LMUnavailableError
     from sqlweave.metrics import GoldQueryError
 
     if n < 0:
@@ -500,6 +503,8 @@ def evaluate(
         )
     except ValueError as err:  # --out holds another dataset's records, or another run's
         _fail(str(err))
+    except LMUnavailableError as err:  # the model endpoint is down: nothing was recorded
+        _fail(str(err))
     except GoldQueryError as err:  # --strict-gold
         _fail(str(err))
     except ExecutionError as err:  # a database that cannot be opened at all
@@ -533,6 +538,16 @@ def evaluate(
             f"McNemar p = {cmp['p']:.3g}"
         )
     typer.echo(f"records: {out}")
+    failed = summary["failed"]
+    if failed["n"]:
+        why = ", ".join(f"{reason} x{count}" for reason, count in failed["reasons"].items())
+        typer.secho(
+            f"{failed['n']} of {summary['n']} questions failed outside their SQL ({why}); "
+            "see error in the records",
+            fg=typer.colors.YELLOW,
+            err=True,
+        )
+        raise typer.Exit(code=1)
 
 
 @app.command("compile")
@@ -673,6 +688,7 @@ def _compile(
 ) -> Any:
     from sqlweave.api import compile as run_compile
     from sqlweave.data import SLICES, DataError, assert_disjoint, eval_slice, load_slice
+    from sqlweave.failures import LMUnavailableError
     from sqlweave.optimizers import ArtifactError
     from sqlweave.optimizers.registry import stage_names
     from sqlweave.optimizers.search import SAMPLERS
@@ -765,7 +781,7 @@ def _compile(
             options=options,
             **prog.meta.switches,
         )
-    except (ValueError, ArtifactError) as err:
+    except (ValueError, ArtifactError, LMUnavailableError) as err:
         _fail(str(err))
     except OSError as err:  # the checkpoint could not be written
         _fail(f"cannot write the checkpoint {checkpoint}: {err.strerror or err}")
