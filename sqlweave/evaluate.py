@@ -365,6 +365,7 @@ def evaluate(
 
     done: dict[str, dict[str, Any]] = {}
     in_file: list[str] = []  # question ids in the order their records stand in the file
+    stale = False  # the file holds lines that are no record of ours to keep
     out = Path(out_path) if out_path is not None else None
     if out is not None:
         if out.exists() and not out.is_file():
@@ -382,7 +383,8 @@ def evaluate(
                         "this file belongs to a different dataset (use another out_path)"
                     )
                 if is_run_failure_record(record):
-                    continue  # an older sqlweave recorded a dead endpoint as an answer: ask again
+                    stale = True  # an older sqlweave recorded a dead endpoint as an answer
+                    continue  # ask again; the final rewrite drops the line
                 if qid not in done:
                     in_file.append(qid)
                 done[qid] = record
@@ -431,7 +433,7 @@ def evaluate(
     if out is not None:
         wanted_ids = set(ids)
         ordered = [*ids, *(qid for qid in in_file if qid not in wanted_ids)]
-        if in_file != ordered:
+        if in_file != ordered or stale:
             _rewrite(out, (done[qid] for qid in ordered))
     return summarize([done[qid] for qid in ids])
 
@@ -499,12 +501,13 @@ def compare(
 def failed_outside_sql(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The questions that failed for a reason outside their SQL: the program raised (an LM error
     other than a dead endpoint, a reply it could not read, a bug). ``{"n", "reasons": {reason:
-    count}}``, a reason being the exception's class name, most frequent first. (A gold query
-    that could not be compared is counted apart, by ``gold_error``.)"""
+    count}}``, a reason being the exception's class name, most frequent first. A question whose
+    gold query could not be compared either (its database is broken) is counted apart, by
+    ``gold_error``."""
     reasons: Counter[str] = Counter(
         str(r.get("error") or "").split(":", 1)[0].strip() or "program"
         for r in records
-        if r.get("error_kind") == "program"
+        if r.get("error_kind") == "program" and r.get("gold_error") is None
     )
     return {"n": sum(reasons.values()), "reasons": dict(reasons.most_common())}
 

@@ -209,7 +209,7 @@ class _Guard(BaseCallback):
         if kind is None:
             return
         error = LMUnavailableError(endpoint_of(lm), kind, exception, _tries(lm, exception))
-        logger.error("%s", error)
+        logger.info("%s", error)
         raise EndpointDown(error) from exception
 
 
