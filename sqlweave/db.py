@@ -377,7 +377,12 @@ def check_read_only(sql: str, dialect: str = "sqlite") -> exp.Expression:
     tokens = _check_size(sql, dialect)
     try:
         parser = Dialect.get_or_raise(dialect).parser()
-        statements = [s for s in parser.parse(tokens, sql) if s is not None]
+        # A comment after the last ";" comes back as a Semicolon node holding it: no statement.
+        statements = [
+            s
+            for s in parser.parse(tokens, sql)
+            if s is not None and not isinstance(s, exp.Semicolon)
+        ]
     except (ParseError, TokenError) as err:
         raise ExecutionError("syntax", _describe_parse_error(err), sql) from err
     except RecursionError as err:
