@@ -134,6 +134,8 @@ class CompiledProgram(dspy.Module):
 
 def load(path: str | Path) -> CompiledProgram:
     """Rebuild a compiled program from its artefact; :class:`ArtifactError` says what is wrong."""
+    if not isinstance(path, str | Path):
+        raise ValueError(f"path must be a file path, not {type(path).__name__}")
     program, meta = load_program(path)
     return CompiledProgram(program, meta)
 
@@ -150,6 +152,16 @@ def _as_program(
     ):
         return load_program(program)[0]
     return get(str(program), **switches)
+
+
+def _examples(label: str, examples: Any) -> list[dspy.Example]:
+    """``examples`` as a list, or ``ValueError`` when it is not a collection of examples."""
+    if isinstance(examples, str | bytes | dict) or not hasattr(examples, "__iter__"):
+        raise ValueError(f"{label} must be a list of dspy.Example, not {type(examples).__name__}")
+    examples = list(examples)
+    if not all(isinstance(ex, dspy.Example) for ex in examples):
+        raise ValueError(f"{label} must hold dspy.Example items only")
+    return examples
 
 
 def _registry_names() -> list[str]:
@@ -205,6 +217,8 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     from sqlweave.lm import track_usage
     from sqlweave.optimizers.compile import run_optimizer, split_train_val
 
+    trainset = _examples("trainset", trainset)
+    valset = None if valset is None else _examples("valset", valset)
     student = _as_program(program, switches)
     if isinstance(program, CompiledProgram):
         name = program.meta.program

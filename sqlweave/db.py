@@ -1145,9 +1145,12 @@ class Database:
         """Run one untrusted read-only query. Raises :class:`ExecutionError` on any failure.
 
         ``timeout_s`` covers checking, parsing and running; ``max_rows`` and ``max_bytes`` cap
-        the result (``truncated`` tells). Raises ``ValueError`` for a NaN, infinite or
-        non-positive timeout or a negative cap: those are the caller's mistakes, not the query's.
+        the result (``truncated`` tells). Raises ``ValueError`` for SQL that is not a string
+        (None, bytes), a NaN, infinite or non-positive timeout or a negative cap: those are the
+        caller's mistakes, not the query's.
         """
+        if not isinstance(sql, str):
+            raise ValueError(f"sql must be a string, not {type(sql).__name__}")
         _check_limits(timeout_s, max_rows, max_bytes)
         start = time.monotonic()
         deadline = start + timeout_s

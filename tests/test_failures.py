@@ -389,3 +389,29 @@ def test_cli_evaluate_on_an_empty_file_is_one_error_line(
     lines = result.output.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert lines[0].startswith("error: ") and ("no questions" in lines[0] or "empty" in lines[0])
+
+
+# --- wrong types at the entry points ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("sql", [None, b"SELECT 1", 1, ["SELECT 1"]])
+def test_execute_refuses_sql_that_is_not_text(demo_concert_db: Path, sql: Any) -> None:
+    from sqlweave.db import Database, ExecutionError
+
+    with Database.open(demo_concert_db) as db:
+        with pytest.raises(ValueError, match="sql must be a string"):
+            db.execute(sql)
+        with pytest.raises(ValueError, match="sql must be a string"):
+            db.try_execute(sql)
+        assert isinstance(db.try_execute("SELEC 1"), ExecutionError)
+
+
+def test_compile_and_load_refuse_arguments_of_the_wrong_type(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="trainset must be a list"):
+        sqlweave.compile("direct", "spider")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="trainset must hold dspy.Example"):
+        sqlweave.compile("direct", [{"question": "q"}])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="valset must be a list"):
+        sqlweave.compile("direct", [], 3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="path must be a file path"):
+        sqlweave.load(None)  # type: ignore[arg-type]
