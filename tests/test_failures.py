@@ -352,6 +352,23 @@ def test_cli_evaluate_on_a_dead_endpoint_is_one_error_line(
     assert read_records(out) == []
 
 
+def test_cli_compile_on_a_dead_endpoint_is_one_error_line(demo_root: Path, tmp_path: Path) -> None:
+    # The command, with DSPy's default retries (backoff 1 s, 2 s, 4 s) before it stops.
+    port = _closed_port()
+    out, ckpt = tmp_path / "c.json", tmp_path / "c.ckpt.json"
+    args = ["compile", "--n-train", "6", "--out", str(out), "--checkpoint", str(ckpt)]
+    args += ["--data-root", str(demo_root), "--model", "openai/none"]
+    args += ["--api-base", f"http://127.0.0.1:{port}", "--no-progress"]
+    result = runner.invoke(app, args)
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2, result.output
+    assert len(errors) == 1 and f"127.0.0.1:{port}" in errors[0], result.output
+    assert "after 4 tries" in errors[0]
+    assert not out.exists()
+    saved = json.loads(ckpt.read_text())
+    assert saved["entries"] == {} and saved["lm_calls"] == 0
+
+
 def test_cli_evaluate_says_how_many_questions_failed_and_exits_non_zero(
     demo_concert_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
