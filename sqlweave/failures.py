@@ -42,6 +42,7 @@ from dspy.utils.exceptions import (
     LMServerError,
     LMTimeoutError,
     LMTransportError,
+    LMUnexpectedError,
     LMUnsupportedModelError,
 )
 
@@ -92,26 +93,38 @@ CLIENTS = frozenset({"litellm", "openai", "httpx", "httpcore", "requests", "urll
 def run_failure_kind(error: BaseException | None) -> str | None:
     """What ``error`` says about the endpoint when it ends the run (rule 1), else None.
 
-    The error and its causes are looked at, so a custom engine's socket error that DSPy wrapped
-    as ``LMUnexpectedError`` counts; a context overflow or an unparsable reply never does.
+    Only an error of the LM client counts: DSPy's ``LMError`` (and, for one that DSPy could not
+    classify, such as a custom engine's socket error wrapped as ``LMUnexpectedError``, what it
+    wraps), or a LiteLLM/openai/httpx exception raised past DSPy. A context overflow or an
+    unparsable reply never does, nor a socket error of a database the program reads.
     """
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, EndpointDown):
-            return error.kind
-        if isinstance(error, LMUnavailableError):
-            return error.kind
+    if isinstance(error, EndpointDown | LMUnavailableError):
+        return error.kind
+    if isinstance(error, LMError):
         for cls, kind in RUN_FAILURES:
             if isinstance(error, cls):
                 return kind
-        status = getattr(error, "status", None) if isinstance(error, LMError) else None
+        status = getattr(error, "status", None)
         if status in RUN_FAILURE_STATUSES:
             return RUN_FAILURE_STATUSES[status]
+        if isinstance(error, LMUnexpectedError):
+            return _client_kind(error.__cause__, with_builtins=True)
+        return None
+    return _client_kind(error, with_builtins=False)
+
+
+def _client_kind(error: BaseException | None, *, with_builtins: bool) -> str | None:
+    """The kind of a client exception by class name, looking down its causes."""
+    modules = CLIENTS if with_builtins else CLIENTS - {"builtins"}
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, SqlweaveError):
+            return None  # sqlweave's own error (a database, a file): not the LM's
         for cls in type(error).__mro__:
-            if cls.__name__ in RUN_FAILURE_NAMES and cls.__module__.split(".")[0] in CLIENTS:
+            if cls.__name__ in RUN_FAILURE_NAMES and cls.__module__.split(".")[0] in modules:
                 return RUN_FAILURE_NAMES[cls.__name__]
-        error = error.__cause__
+        error = error.__cause__ or error.__context__
     return None
 
 
@@ -254,7 +267,17 @@ def is_run_failure_record(record: dict[str, Any]) -> bool:
 
 _RUN_FAILURE_CLASS_NAMES = frozenset(
     {cls.__name__ for cls, _ in RUN_FAILURES}
-    | {"LMNotConfiguredError", "LMUnavailableError", *RUN_FAILURE_NAMES}
+    | {"LMNotConfiguredError", "LMUnavailableError"}
+    # Python's own socket errors only count inside an LM error; alone they may be a database's.
+    | (
+        {*RUN_FAILURE_NAMES}
+        - {
+            "ConnectionError",
+            "ConnectionRefusedError",
+            "ConnectionResetError",
+            "ConnectionAbortedError",
+        }
+    )
 )
 
 

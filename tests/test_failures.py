@@ -114,6 +114,13 @@ def test_a_wrapped_socket_error_is_a_run_failure() -> None:
     assert run_failure_kind(wrapped) == "is unreachable"
     parse = AdapterParseError("ChatAdapter", dspy.Signature("q -> sql"), "garbage")
     assert run_failure_kind(parse) is None
+    # A database the program reads went away: the question's failure, not the endpoint's.
+    from sqlweave.db import ExecutionError
+
+    down = ExecutionError("connection", "cannot connect to PostgreSQL")
+    down.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    assert run_failure_kind(down) is None
+    assert run_failure_kind(ConnectionRefusedError(111, "Connection refused")) is None
 
 
 def test_endpoint_names_the_server_and_the_model(dead_lm: dspy.LM) -> None:
