@@ -94,11 +94,11 @@ def server(tmp_path: Path) -> Iterator[Server]:
         running.stop()
 
 
-def _sqlweave(args: list[str], server: Server, tmp: Path) -> subprocess.CompletedProcess[str]:
+def _sqlweave(args: list[str], server: Server, cache: Path) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
-        # A fresh DSPy disk cache: every call must reach the server (or fail to).
-        "DSPY_CACHEDIR": str(tmp / "dspy-cache"),
+        # A DSPy disk cache of the run's own: its calls must reach the server (or fail to).
+        "DSPY_CACHEDIR": str(cache),
         "OPENAI_API_KEY": "sk-local",
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     }
@@ -109,7 +109,9 @@ def _sqlweave(args: list[str], server: Server, tmp: Path) -> subprocess.Complete
 
 def _evaluate(server: Server, out: Path, n: int, tmp: Path) -> subprocess.CompletedProcess[str]:
     args = ["evaluate", "--dataset", "spider", "--data-root", str(BUNDLE), "--n", str(n)]
-    return _sqlweave([*args, "--out", str(out)], server, tmp)
+    # One cache per output file: the resumed run shares it with the failed one, which must
+    # have cached nothing; the first run's answers must not serve the second.
+    return _sqlweave([*args, "--out", str(out)], server, tmp / f"dspy-cache-{out.stem}")
 
 
 def _records(path: Path) -> list[dict]:
@@ -156,7 +158,7 @@ def test_a_server_that_goes_away_stops_the_run_and_a_resumed_run_answers_all(
             str(ckpt),
         ],
         server,
-        tmp_path,
+        tmp_path / "dspy-cache-compile",
     )
     _one_error_line(compiled, server)
     assert not (tmp_path / "c.json").exists()
