@@ -5,7 +5,8 @@ programs to run; on a 2-core CPU, or against a paid API, a compile must be able 
 known cost. :class:`CallBudget` is a DSPy callback that counts every ``LM.__call__`` (cache hits
 included, so a resumed compile stops at exactly the same point as an uninterrupted one) and, when
 the cap is reached, refuses the next call by raising :class:`BudgetExhausted` *before* the call is
-sent. That exception derives from ``BaseException`` on purpose: DSPy's optimizers catch
+sent (a call that a dead endpoint fails is given back: it did no work, see
+:mod:`sqlweave.failures`). That exception derives from ``BaseException`` on purpose: DSPy's optimizers catch
 ``Exception`` around every example and would otherwise swallow it and carry on. Each sqlweave
 optimizer catches it and keeps the best result found so far.
 
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import dspy
 from dspy.utils.callback import BaseCallback
 
+from sqlweave.failures import endpoint_guard, is_guard, run_failure_kind
 from sqlweave.optimizers.base import Wrapper, compile_with
 
 if TYPE_CHECKING:
@@ -98,11 +100,26 @@ class CallBudget(BaseCallback):
             if self.on_count is not None:
                 self.on_count(self.calls)
 
+    def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
+        """Give back a call that a dead endpoint failed: it did no work, and the resumed run
+        that makes it again must not find it spent (:mod:`sqlweave.failures`, rule 4)."""
+        if exception is None or run_failure_kind(exception) is None:
+            return
+        with self._lock:
+            self.calls = max(self.used, self.calls - 1)
+            if self.on_count is not None:
+                self.on_count(self.calls)
+
 
 @contextmanager
 def enforce(budget: CallBudget) -> Iterator[CallBudget]:
-    """Apply ``budget`` to every LM call made inside the block (DSPy's callback mechanism)."""
-    callbacks = [*(dspy.settings.get("callbacks") or []), budget]
+    """Apply ``budget`` to every LM call made inside the block (DSPy's callback mechanism).
+
+    The budget goes before an endpoint guard already in force, so that it sees the end of a call
+    the guard turns into a stop (DSPy calls no end handler after one that raises)."""
+    current = list(dspy.settings.get("callbacks") or [])
+    at = next((i for i, c in enumerate(current) if is_guard(c)), len(current))
+    callbacks = [*current[:at], budget, *current[at:]]
     with dspy.settings.context(callbacks=callbacks):
         yield budget
 
@@ -143,7 +160,9 @@ class Budgeted(Wrapper):
         self.cap = cap
         self.budget = cap
         self.budget_stopped = False
-        with enforce(cap):
+        # The guard inside the budget: a dead endpoint stops the compile (LMUnavailableError)
+        # after the budget has given back the failed call.
+        with enforce(cap), endpoint_guard():
             if cap.remaining == 0 and not getattr(inner, "replays", False):
                 # Spent by earlier runs, and nothing to replay: no call would be allowed.
                 self.budget_stopped = True

@@ -134,6 +134,8 @@ class CompiledProgram(dspy.Module):
 
 def load(path: str | Path) -> CompiledProgram:
     """Rebuild a compiled program from its artefact; :class:`ArtifactError` says what is wrong."""
+    if not isinstance(path, str | Path):
+        raise ValueError(f"path must be a file path, not {type(path).__name__}")
     program, meta = load_program(path)
     return CompiledProgram(program, meta)
 
@@ -365,18 +367,39 @@ def ask(
     **switches: Any,
 ) -> Result:
     """One question, one answer: ``program`` is a registry name, an artefact path or a program;
-    ``model`` an LM spec (default: the LM already configured in DSPy)."""
+    ``model`` an LM spec (default: the LM already configured in DSPy).
+
+    Raises what ``sqlweave ask`` reports: :class:`~sqlweave.db.ExecutionError` for a database
+    that cannot be opened, :class:`~sqlweave.failures.LMUnavailableError` for a model endpoint
+    that cannot answer, :class:`~sqlweave.failures.ProgramError` for anything else the program
+    raised (``ValueError`` for arguments of the wrong type). SQL that fails to run is reported
+    in ``Result.error``, not raised.
+    """
+    from sqlweave.failures import as_program_error, endpoint_guard
+
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError(f"question must be a non-empty string, not {question!r}")
+    if not isinstance(db, Database | str | Path):
+        raise ValueError(f"db must be a Database, a path or a URL, not {type(db).__name__}")
+    if model is not None and not isinstance(model, str):
+        raise ValueError(f"model must be an LM spec string, not {type(model).__name__}")
     wrapped = (
         program
         if isinstance(program, CompiledProgram)
         else CompiledProgram(_as_program(program, switches))
     )
-    if model is None:
-        return wrapped(question, db=db, evidence=evidence)
-    from sqlweave.lm import build_lm
+    try:
+        if model is None:
+            with endpoint_guard():
+                return wrapped(question, db=db, evidence=evidence)
+        from sqlweave.lm import build_lm
 
-    with dspy.context(lm=build_lm(model)):
-        return wrapped(question, db=db, evidence=evidence)
+        with dspy.context(lm=build_lm(model)), endpoint_guard():
+            return wrapped(question, db=db, evidence=evidence)
+    except ExecutionError:
+        raise
+    except Exception as err:  # the LM or the program: the error the command line reports
+        raise as_program_error(err) from err
 
 
 def configure(model: str = "local:qwen2.5-coder-1.5b", **options: Any) -> Any:

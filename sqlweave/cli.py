@@ -499,8 +499,10 @@ def ask(
     except ExecutionError as err:
         _fail(err.feedback())
     except Exception as err:  # the LM or the program failed: one line, not a traceback
+        from sqlweave.failures import as_program_error
+
         logging.getLogger(__name__).debug("ask failed", exc_info=True)
-        _fail(f"the program failed: {type(err).__name__}: {_first_line(str(err))}")
+        _fail(str(as_program_error(err)))  # the error sqlweave.ask raises
     if json_:
         typer.echo(json.dumps(_answer_json(result, max_rows), default=str))
         if not result.ok:
@@ -686,6 +688,7 @@ def evaluate(
     from sqlweave.db import ExecutionError
     from sqlweave.evaluate import compare, read_records
     from sqlweave.evaluate import evaluate as run_eval
+    from sqlweave.failures import LMUnavailableError
     from sqlweave.metrics import GoldQueryError
 
     if n < 0:
@@ -725,6 +728,8 @@ def evaluate(
             identity=identity,
         )
     except ValueError as err:  # --out holds another dataset's records, or another run's
+        _fail(str(err))
+    except LMUnavailableError as err:  # the model endpoint is down: nothing was recorded
         _fail(str(err))
     except GoldQueryError as err:  # --strict-gold
         _fail(str(err))
@@ -773,10 +778,22 @@ def evaluate(
                 f"only this run {cmp['only_run']}, only the baseline {cmp['only_baseline']}, "
                 f"McNemar p = {cmp['p']:.3g}"
             )
+    failed = summary["failed"]
     if json_:
         typer.echo(json.dumps(payload))
+        if failed["n"]:
+            raise typer.Exit(code=1)
         return
     typer.echo(f"records: {out}")
+    if failed["n"]:
+        why = ", ".join(f"{reason} x{count}" for reason, count in failed["reasons"].items())
+        typer.secho(
+            f"{failed['n']} of {summary['n']} questions failed outside their SQL ({why}); "
+            "see error in the records",
+            fg=typer.colors.YELLOW,
+            err=True,
+        )
+        raise typer.Exit(code=1)
 
 
 @app.command("compile")
@@ -926,6 +943,7 @@ def _compile(
     from sqlweave.api import default_validation
     from sqlweave.data import SLICES, DataError, assert_disjoint, eval_slice, load_slice
     from sqlweave.examples import as_examples
+    from sqlweave.failures import LMUnavailableError
     from sqlweave.optimizers import ArtifactError
     from sqlweave.optimizers.registry import stage_names
     from sqlweave.optimizers.search import SAMPLERS
@@ -1021,7 +1039,7 @@ def _compile(
             options=options,
             **prog.meta.switches,
         )
-    except (ValueError, ArtifactError, DataError) as err:
+    except (ValueError, ArtifactError, DataError, LMUnavailableError) as err:
         _fail(str(err))
     except OSError as err:  # the checkpoint could not be written
         _fail(f"cannot write the checkpoint {checkpoint}: {err.strerror or err}")

@@ -24,6 +24,7 @@ once. See ``docs/security.md`` for the threat model.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -37,7 +38,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -377,7 +378,12 @@ def check_read_only(sql: str, dialect: str = "sqlite") -> exp.Expression:
     tokens = _check_size(sql, dialect)
     try:
         parser = Dialect.get_or_raise(dialect).parser()
-        statements = [s for s in parser.parse(tokens, sql) if s is not None]
+        # A comment after the last ";" comes back as a Semicolon node holding it: no statement.
+        statements = [
+            s
+            for s in parser.parse(tokens, sql)
+            if s is not None and not isinstance(s, exp.Semicolon)
+        ]
     except (ParseError, TokenError) as err:
         raise ExecutionError("syntax", _describe_parse_error(err), sql) from err
     except RecursionError as err:
@@ -968,6 +974,12 @@ class Database:
             self._pool = _SQLitePool(self._new_sqlite_conn, SQLITE_MAX_IDLE)
         self._pg_refused: frozenset[str] | None = None
         self._pg_lock = threading.Lock()
+        # Queries running on PostgreSQL or DuckDB, each with the call that stops it, so that
+        # close() can stop them (SQLite's pool keeps its own); closes counts close() calls.
+        self._running: dict[int, Callable[[], None]] = {}
+        self._running_ids = itertools.count()
+        self._running_lock = threading.Lock()
+        self._closes = 0
 
     def __repr__(self) -> str:
         return f"Database({self.name!r}, dialect={self.dialect!r})"
@@ -1133,9 +1145,12 @@ class Database:
         """Run one untrusted read-only query. Raises :class:`ExecutionError` on any failure.
 
         ``timeout_s`` covers checking, parsing and running; ``max_rows`` and ``max_bytes`` cap
-        the result (``truncated`` tells). Raises ``ValueError`` for a NaN, infinite or
-        non-positive timeout or a negative cap: those are the caller's mistakes, not the query's.
+        the result (``truncated`` tells). Raises ``ValueError`` for SQL that is not a string
+        (None, bytes), a NaN, infinite or non-positive timeout or a negative cap: those are the
+        caller's mistakes, not the query's.
         """
+        if not isinstance(sql, str):
+            raise ValueError(f"sql must be a string, not {type(sql).__name__}")
         _check_limits(timeout_s, max_rows, max_bytes)
         start = time.monotonic()
         deadline = start + timeout_s
@@ -1254,7 +1269,11 @@ class Database:
                     # query (simple protocol would run "SELECT 1; COMMIT; DROP ..." in full), and
                     # rows come over only as far as max_rows asks. No params: % stays literal.
                     query = sql if max_bytes is None else _pg_row_capped(sql, max_bytes)
-                    with raw.cursor(name="sqlweave_untrusted") as cursor:
+                    cancel = getattr(raw, "cancel_safe", None) or raw.cancel
+                    with (
+                        self._stoppable(cancel, sql),
+                        raw.cursor(name="sqlweave_untrusted") as cursor,
+                    ):
                         cursor.execute(query)
                         columns = tuple(d[0] for d in cursor.description or ())
                         rows, truncated = _fetch(cursor, max_rows, max_bytes)
@@ -1299,9 +1318,10 @@ class Database:
                         )
                     cursor = raw.cursor()
                     try:
-                        cursor.execute(sql)
-                        columns = tuple(d[0] for d in cursor.description or ())
-                        rows, truncated = _fetch(cursor, max_rows, max_bytes)
+                        with self._stoppable(raw.interrupt, sql):
+                            cursor.execute(sql)
+                            columns = tuple(d[0] for d in cursor.description or ())
+                            rows, truncated = _fetch(cursor, max_rows, max_bytes)
                     finally:
                         cursor.close()
                 finally:
@@ -1317,11 +1337,43 @@ class Database:
             raise ExecutionError(classify_error(text), text, sql) from err
         return columns, rows, truncated
 
+    @contextlib.contextmanager
+    def _stoppable(self, stop: Callable[[], None], sql: str) -> Iterator[None]:
+        """Run the block as a query that :meth:`close` stops by calling ``stop`` (interrupt
+        for DuckDB, a cancel request for PostgreSQL); the engine's error then becomes "closed".
+
+        ``stop`` runs only while the block does (both under one lock), so it never reaches the
+        connection's next query.
+        """
+        with self._running_lock:
+            token = next(self._running_ids)
+            self._running[token] = stop
+            closes = self._closes
+        try:
+            yield
+        except Exception as err:
+            if self._closes != closes:
+                raise ExecutionError(
+                    "connection", "the database was closed while the query ran", sql
+                ) from err
+            raise
+        finally:
+            with self._running_lock:
+                self._running.pop(token, None)
+
     def close(self) -> None:
         """Close every connection. Queries still running in other threads are interrupted
-        (they raise :class:`ExecutionError`) and their connections closed as they return."""
+        (SQLite and DuckDB: ``interrupt()``; PostgreSQL: a cancel request for the backend) and
+        raise :class:`ExecutionError`; their connections are closed as they return."""
         if self._pool is not None:
             self._pool.close()
+        with self._running_lock:
+            self._closes += 1
+            for stop in self._running.values():
+                try:
+                    stop()
+                except Exception:  # the query ended meanwhile, or the server is gone
+                    logger.debug("could not stop a running query", exc_info=True)
         self.engine.dispose()
 
     def __enter__(self) -> Database:

@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -33,6 +34,7 @@ from tqdm.auto import tqdm
 
 from sqlweave.data import BIRD_LEVELS, SPIDER_LEVELS, open_database
 from sqlweave.db import ExecutionError
+from sqlweave.failures import endpoint_guard, is_run_failure_record, raise_if_run_failure
 from sqlweave.metrics import GoldQueryError, check_execution, pred_sql_of, semantics_for
 from sqlweave.stats import bootstrap_ci, outcomes_by_id, paired
 
@@ -219,6 +221,7 @@ def _evaluate_one(
         try:
             pred = program(**_call_kwargs(program, example))
         except Exception as err:  # any failure of the program is a recorded miss, not a crash
+            raise_if_run_failure(err)  # ... unless the endpoint is down: then the run stops
             error, error_kind = f"{type(err).__name__}: {err}", "program"
             logger.debug("program failed on %s", example.question_id, exc_info=True)
     seconds = time.perf_counter() - start
@@ -352,6 +355,8 @@ def evaluate(
     if isinstance(tracker, str):
         raise ValueError(f"usage_tracker must be a callable or None, not {tracker!r}")
     examples = list(examples)
+    if not examples:
+        raise ValueError("nothing to evaluate: the list of examples is empty")
     ids = [str(ex.question_id) for ex in examples]
     if len(set(ids)) != len(ids):
         raise ValueError(
@@ -360,6 +365,7 @@ def evaluate(
 
     done: dict[str, dict[str, Any]] = {}
     in_file: list[str] = []  # question ids in the order their records stand in the file
+    stale = False  # the file holds lines that are no record of ours to keep
     out = Path(out_path) if out_path is not None else None
     if out is not None:
         if out.exists() and not out.is_file():
@@ -376,6 +382,9 @@ def evaluate(
                         f"{out}: record {qid} has another gold query than the example; "
                         "this file belongs to a different dataset (use another out_path)"
                     )
+                if is_run_failure_record(record):
+                    stale = True  # an older sqlweave recorded a dead endpoint as an answer
+                    continue  # ask again; the final rewrite drops the line
                 if qid not in done:
                     in_file.append(qid)
                 done[qid] = record
@@ -407,13 +416,16 @@ def evaluate(
             bar.update(1)
 
     try:
-        if num_threads <= 1:
-            for ex in todo:
-                finish(_evaluate_one(program, ex, semantics, timeout_s, tracker, strict_gold))
-        else:
-            _run_threads(
-                program, todo, semantics, timeout_s, tracker, num_threads, finish, strict_gold
-            )
+        # A dead endpoint stops the run (LMUnavailableError) with nothing recorded for the
+        # questions it failed: they are not answered, and a resumed run asks them again.
+        with endpoint_guard():
+            if num_threads <= 1:
+                for ex in todo:
+                    finish(_evaluate_one(program, ex, semantics, timeout_s, tracker, strict_gold))
+            else:
+                _run_threads(
+                    program, todo, semantics, timeout_s, tracker, num_threads, finish, strict_gold
+                )
     finally:
         bar.close()
         if handle is not None:
@@ -421,7 +433,7 @@ def evaluate(
     if out is not None:
         wanted_ids = set(ids)
         ordered = [*ids, *(qid for qid in in_file if qid not in wanted_ids)]
-        if in_file != ordered:
+        if in_file != ordered or stale:
             _rewrite(out, (done[qid] for qid in ordered))
     return summarize([done[qid] for qid in ids])
 
@@ -486,9 +498,24 @@ def compare(
     }
 
 
+def failed_outside_sql(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The questions that failed for a reason outside their SQL: the program raised (an LM error
+    other than a dead endpoint, a reply it could not read, a bug). ``{"n", "reasons": {reason:
+    count}}``, a reason being the exception's class name, most frequent first. A question whose
+    gold query could not be compared either (its database is broken) is counted apart, by
+    ``gold_error``."""
+    reasons: Counter[str] = Counter(
+        str(r.get("error") or "").split(":", 1)[0].strip() or "program"
+        for r in records
+        if r.get("error_kind") == "program" and r.get("gold_error") is None
+    )
+    return {"n": sum(reasons.values()), "reasons": dict(reasons.most_common())}
+
+
 def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """EX overall and per difficulty (each with a 95% bootstrap ``interval``), plus mean and total
-    usage, from evaluation records."""
+    usage, from evaluation records; ``failed`` counts the questions that failed for reasons
+    outside their SQL (:func:`failed_outside_sql`)."""
     n = len(records)
     correct = sum(bool(r.get("correct")) for r in records)
     levels: dict[str, list[bool]] = {}
@@ -508,6 +535,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "interval": _interval([bool(r.get("correct")) for r in records]),
         "n": n,
         "errors": sum(r.get("error") is not None for r in records),
+        "failed": failed_outside_sql(records),
         "by_difficulty": by_difficulty,
         "usage": {k: v / n for k, v in totals.items()} if n else {},
         "usage_total": totals,

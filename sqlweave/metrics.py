@@ -11,11 +11,11 @@ Four semantics (``docs/metrics.md`` sets them side by side with the reason for e
   ``YEAR(CURDATE())`` becomes ``2020``. The gold counts as ordered when the text ``order by``
   occurs anywhere in it (lowercased, so ``ORDER  BY`` with two spaces does not). Results must be
   equal as multisets of rows up to a permutation of columns (as lists when ordered), over **all**
-  rows. A query that holds no statement (empty, a comment) runs as nothing: an empty result.
+  rows. Comments, leading, trailing or between tokens, stay in the text that runs.
 * ``official-bird`` (alias ``bird``) — BIRD's ``evaluation.py``: each query runs as written, and
   ``set(pred_rows) == set(gold_rows)`` over all rows: duplicates and row order are ignored,
-  column order matters, DISTINCT is kept, several statements are an error, no statement is an
-  empty result (which matches an empty gold result).
+  column order matters, DISTINCT is kept, several statements are an error (a comment after the
+  first is not a statement).
 * ``strict-spider`` / ``strict-bird`` — sqlweave's earlier, stricter reading: the query must be
   exactly one statement (an empty one is an error), no operator repair, DISTINCT tokens are found
   by sqlglot's tokenizer, and Spider's "ordered" means a **top-level** ORDER BY in the AST.
@@ -30,7 +30,10 @@ score a match (it is flagged ``gold_truncated``); a cut prediction is a miss, wh
 Spider (it has more rows than the gold) and departs from BIRD only for a prediction of more than
 ``OFFICIAL_MAX_ROWS`` rows whose distinct rows equal the gold's.
 
-A prediction that fails, times out or is refused scores False. A gold query that fails raises
+A prediction that fails, times out or is refused scores False, and so does one that holds no
+statement (empty, only comments) under every semantics: the official scripts run it as an empty
+result, which matches an empty gold result, and an optimizer would learn to answer nothing.
+An empty gold query (no statement) is a gold failure, never a match. A gold query that fails raises
 :class:`GoldQueryError` by default; with ``strict_gold=False`` it is a scored miss whose
 :class:`ExecutionMatch` carries the error in ``gold_error``.
 """
@@ -306,15 +309,33 @@ def gold_is_ordered(prepared_gold: str) -> bool:
     return "order by" in prepared_gold.lower()
 
 
+#: A block comment: it ends at its first ``*/``, or runs to the end of an unterminated text.
+#: (Its body may not hold ``*/``: a lazy ``.*?`` with an end-of-text alternative let
+#: ``/* c */ SELECT 1`` read as one unterminated comment, scoring the query as no statement.)
+_BLOCK_COMMENT = r"/\*(?:[^*]|\*(?!/))*(?:\*/|\Z)"
 #: Nothing SQLite would run: whitespace, comments and empty statements.
-_NO_STATEMENT = re.compile(r"(?:\s|;|--[^\n]*(?:\n|$)|/\*.*?(?:\*/|$))*", re.DOTALL)
+_NO_STATEMENT = re.compile(r"(?:\s|;|--[^\n]*(?:\n|\Z)|" + _BLOCK_COMMENT + ")*")
 #: What Python's sqlite3 accepts after a statement: blanks and comments (no second ``;``).
-_QUIET_TAIL = re.compile(r"(?:[ \t\n\r]|--[^\n]*(?:\n|$)|/\*.*?(?:\*/|$))*", re.DOTALL)
+_QUIET_TAIL = re.compile(r"(?:[ \t\n\r]|--[^\n]*(?:\n|\Z)|" + _BLOCK_COMMENT + ")*")
 
 
 def has_no_statement(sql: str) -> bool:
     """True when SQLite would run nothing: only whitespace, comments and ``;``."""
     return _NO_STATEMENT.fullmatch(sql) is not None
+
+
+def drop_open_comment(sql: str) -> str:
+    """``sql`` without a block comment left open at its end.
+
+    SQLite reads an unterminated ``/*`` as a comment to the end of the text, so both official
+    scripts run ``SELECT 1 /* note`` as ``SELECT 1``; sqlglot's tokenizer, which the read-only
+    check uses, refuses it. Only a ``/*`` outside strings and ``--`` comments counts (SQLite's
+    own tokenizer decides, through ``complete_statement``).
+    """
+    at = sql.rfind("/*")
+    if at < 0 or "*/" in sql[at + 2 :]:
+        return sql
+    return sql[:at] if sqlite3.complete_statement(sql[:at] + ";") else sql
 
 
 def sqlite_statement(sql: str) -> str | None:
@@ -408,6 +429,8 @@ class _Prepared:
 
 
 def _prepare(sql: str, semantics: str, keep_distinct: bool | None, dialect: str) -> _Prepared:
+    if dialect == "sqlite":
+        sql = drop_open_comment(sql)
     if semantics == "official-spider":
         text = prepare_official_spider(sql, keep_distinct=bool(keep_distinct))
         run = replace_cur_year(text)
@@ -456,6 +479,14 @@ def check_execution(
     sem = resolve_semantics(semantics)
     official = sem.startswith("official")
     cap = max_rows if max_rows is not None else (OFFICIAL_MAX_ROWS if official else EX_MAX_ROWS)
+    if not isinstance(gold_sql, str) or has_no_statement(gold_sql):
+        # Nothing to score against: an empty result from no gold would "match" every prediction
+        # that returns nothing, an empty one included.
+        err = ExecutionError("syntax", "the gold query is empty: nothing to score against")
+        if strict_gold:
+            raise GoldQueryError(str(gold_sql or ""), db.name, err)
+        logger.warning("empty gold query on %s (scored as a miss)", db.name)
+        return ExecutionMatch(False, gold_error=err)
     gold_prep = _prepare(gold_sql, sem, keep_distinct, db.dialect)
     try:
         gold = _execute(db, gold_prep, max(timeout_s, GOLD_MIN_TIMEOUT_S), cap, official)
@@ -468,9 +499,11 @@ def check_execution(
         logger.warning("gold result over %d rows on %s, not compared: %s", cap, db.name, gold_sql)
         return ExecutionMatch(False, gold_result=gold, gold_truncated=True)
 
-    if not official and not (pred_sql or "").strip():
+    if not isinstance(pred_sql, str) or has_no_statement(pred_sql):
+        # Never rewarded, under any semantics: officially no statement runs as an empty result,
+        # which would match every empty gold result (sqlweave departs here, docs/metrics.md).
         return ExecutionMatch(False, ExecutionError("syntax", "empty query"), None, gold)
-    pred_prep = _prepare(pred_sql or "", sem, keep_distinct, db.dialect)
+    pred_prep = _prepare(pred_sql, sem, keep_distinct, db.dialect)
     try:
         pred = _execute(db, pred_prep, timeout_s, cap, official)
     except ExecutionError as err:

@@ -293,7 +293,10 @@ def test_lm_that_raises_during_evaluate_is_recorded(
             "--no-progress",
         ],
     )
-    assert result.exit_code == 0, result.output
+    # A failure of the program (not a dead endpoint: a RuntimeError says nothing of one) is
+    # each question's miss; the run says how many and exits non-zero (issue 35).
+    assert result.exit_code == 1, result.output
     assert "EX 0.0" in result.output
+    assert "2 of 2 questions failed outside their SQL (RuntimeError x2)" in result.output
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert all(r["error_kind"] == "program" and "connection refused" in r["error"] for r in records)

@@ -23,7 +23,7 @@ PACKAGES = (
 
 #: Control-flow signals, not errors: they derive from BaseException on purpose so that no
 #: ``except Exception`` in DSPy's loops swallows them, which a SqlweaveError base would undo.
-SIGNALS = {"sqlweave.optimizers.budget.BudgetExhausted"}
+SIGNALS = {"sqlweave.optimizers.budget.BudgetExhausted", "sqlweave.failures.EndpointDown"}
 
 
 def package_modules() -> list[str]:
@@ -58,6 +58,8 @@ def test_the_walk_finds_the_known_exceptions() -> None:
         "sqlweave.models.ModelError",
         "sqlweave.models.UnknownModelError",
         "sqlweave.optimizers.artifact.ArtifactError",
+        "sqlweave.failures.LMUnavailableError",
+        "sqlweave.failures.ProgramError",
         "sqlweave.gnn.graph.GraphError",
         *SIGNALS,
     ):

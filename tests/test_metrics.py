@@ -153,11 +153,11 @@ def test_failing_predictions_score_false_with_the_error(spider_db):
     ]:
         result = check_execution(pred, gold, db)
         assert result.correct is False and result.error is not None and result.error.kind == kind
-    # An empty prediction is a syntax error under the strict semantics; officially it runs as
-    # nothing (an empty result), which does not match this gold.
+    # An empty prediction is a syntax error under every semantics (officially it would run as
+    # nothing, an empty result; sqlweave never rewards it: issue 35).
     assert check_execution("", gold, db, "strict-spider").error.kind == "syntax"
     empty = check_execution("", gold, db)
-    assert empty.correct is False and empty.error is None and empty.pred_result.rows == ()
+    assert empty.correct is False and empty.error.kind == "syntax" and empty.pred_result is None
     slow = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
     result = check_execution(slow, gold, db, timeout_s=0.3)
     assert result.correct is False and result.error.kind == "timeout"
@@ -365,9 +365,9 @@ def _ex(db, pred, gold, semantics, **kwargs):
             True,
             False,
         ),
-        # 4. no statement runs as an empty result
-        ("", "SELECT name FROM person WHERE age > 99", True, False),
-        ("-- no idea", "SELECT name FROM person WHERE age > 99", True, False),
+        # 4. no statement runs officially as an empty result; sqlweave never rewards it
+        ("", "SELECT name FROM person WHERE age > 99", False, False),
+        ("-- no idea", "SELECT name FROM person WHERE age > 99", False, False),
         ("-- no idea", "SELECT name FROM person", False, False),
         # 5. "ordered" is the text 'order by' anywhere in the gold
         (
@@ -400,13 +400,14 @@ def test_official_spider_classes(people_db, pred, gold, official, strict):
         # 7. over 100,000 rows: the distinct rows are compared
         ("SELECT k FROM big", "SELECT DISTINCT k FROM big", True, False),
         ("SELECT k FROM big WHERE n < 149990", "SELECT DISTINCT k FROM big", True, False),
-        # 8. no statement against an empty gold result
-        ("", "SELECT name FROM person WHERE age > 99", True, False),
-        ("/* nothing */", "SELECT name FROM person WHERE age > 99", True, False),
+        # 8. no statement against an empty gold result: officially a match, never here
+        ("", "SELECT name FROM person WHERE age > 99", False, False),
+        ("/* nothing */", "SELECT name FROM person WHERE age > 99", False, False),
         ("", "SELECT name FROM person", False, False),
         # BIRD runs the text as written: a second statement is an error, a comment is not
         ("SELECT count(*) FROM person; SELECT 1", "SELECT count(*) FROM person", False, False),
-        ("SELECT count(*) FROM person; -- done", "SELECT count(*) FROM person", True, False),
+        # (a trailing comment is no statement under the strict semantics either: issue 35)
+        ("SELECT count(*) FROM person; -- done", "SELECT count(*) FROM person", True, True),
         (
             "SELECT name FROM person WHERE age > = 45",
             "SELECT name FROM person WHERE age >= 45",
