@@ -142,6 +142,12 @@ def as_examples(
     (the benchmark loaders') keep every field they have. One :class:`~sqlweave.data.DataError`
     lists every problem of every item, so a person fixes them all at once.
     """
+    if isinstance(items, str | bytes | dict) or not hasattr(items, "__iter__"):
+        # "spider" would otherwise be read as six one-letter items
+        raise ValueError(
+            f"{what} must be a list of examples (dspy.Example, dict or sqlweave.Example), "
+            f"not {type(items).__name__}"
+        )
     out: list[dspy.Example] = []
     problems: list[str] = []
     seen_ids: dict[str, int] = {}
