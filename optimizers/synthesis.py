@@ -107,6 +107,20 @@ class Draw:
         ]
         return self.rng.choice(cols) if cols else None
 
+    def joined_label(self) -> tuple[Join, Column] | None:
+        """A join and a text column of its parent table (what join templates show)."""
+        j = self.join()
+        shown = self.column(j.parent, "text") if j else None
+        return (j, shown) if j and shown else None
+
+    def labelled_numbers(self) -> tuple[Table, Column, Column] | None:
+        """A table with a text column to show and a number column to compare or order by."""
+        t = self.table()
+        if not t:
+            return None
+        shown, n = self.column(t, "text"), self.column(t, "number")
+        return (t, shown, n) if shown and n else None
+
     def value(self, column: Column) -> Any | None:
         values = [v for v in column.samples if v is not None and str(v).strip()]
         return self.rng.choice(values) if values else None
@@ -137,6 +151,11 @@ def _c(table: Table, column: Column | str, alias: str | None = None) -> str:
 
 def _t(table: Table) -> str:
     return ident(table.name)
+
+
+def _joined(j: Join) -> str:
+    """``child AS T1 JOIN parent AS T2 ON T1.fk = T2.pk``: the one join every template writes."""
+    return f"{_t(j.child)} AS T1 JOIN {_t(j.parent)} AS T2 ON T1.{ident(j.fk)} = T2.{ident(j.pk)}"
 
 
 # --- the templates: (name, level, fill) --------------------------------------------------------
@@ -189,12 +208,10 @@ def _group_count(d: Draw) -> str | None:
 
 
 def _top(d: Draw) -> str | None:
-    t = d.table()
-    if not t:
+    drawn = d.labelled_numbers()
+    if not drawn:
         return None
-    shown, n = d.column(t, "text"), d.column(t, "number")
-    if not shown or not n:
-        return None
+    t, shown, n = drawn
     order = d.rng.choice(["DESC", "ASC"])
     return f"SELECT {_c(t, shown)} FROM {_t(t)} ORDER BY {_c(t, n)} {order} LIMIT 1"
 
@@ -208,22 +225,17 @@ def _join_filter(d: Draw) -> str | None:
     if not shown or value is None:
         return None
     return (
-        f"SELECT T1.{ident(shown.name)} FROM {_t(j.child)} AS T1 JOIN {_t(j.parent)} AS T2 "
-        f"ON T1.{ident(j.fk)} = T2.{ident(j.pk)} WHERE T2.{ident(where.name)} = {_lit(value)}"
+        f"SELECT T1.{ident(shown.name)} FROM {_joined(j)} "
+        f"WHERE T2.{ident(where.name)} = {_lit(value)}"
     )
 
 
 def _join_group(d: Draw) -> str | None:
-    j = d.join()
-    if not j:
+    drawn = d.joined_label()
+    if not drawn:
         return None
-    shown = d.column(j.parent, "text")
-    if not shown:
-        return None
-    return (
-        f"SELECT T2.{ident(shown.name)}, count(*) FROM {_t(j.child)} AS T1 JOIN {_t(j.parent)} "
-        f"AS T2 ON T1.{ident(j.fk)} = T2.{ident(j.pk)} GROUP BY T2.{ident(j.pk)}"
-    )
+    j, shown = drawn
+    return f"SELECT T2.{ident(shown.name)}, count(*) FROM {_joined(j)} GROUP BY T2.{ident(j.pk)}"
 
 
 def _having(d: Draw) -> str | None:
@@ -236,12 +248,10 @@ def _having(d: Draw) -> str | None:
 
 
 def _above_average(d: Draw) -> str | None:
-    t = d.table()
-    if not t:
+    drawn = d.labelled_numbers()
+    if not drawn:
         return None
-    shown, n = d.column(t, "text"), d.column(t, "number")
-    if not shown or not n:
-        return None
+    t, shown, n = drawn
     op = d.rng.choice([">", "<"])
     return (
         f"SELECT {_c(t, shown)} FROM {_t(t)} WHERE {_c(t, n)} {op} "
@@ -250,12 +260,10 @@ def _above_average(d: Draw) -> str | None:
 
 
 def _without(d: Draw) -> str | None:
-    j = d.join()
-    if not j:
+    drawn = d.joined_label()
+    if not drawn:
         return None
-    shown = d.column(j.parent, "text")
-    if not shown:
-        return None
+    j, shown = drawn
     return (
         f"SELECT {ident(shown.name)} FROM {_t(j.parent)} WHERE {ident(j.pk)} NOT IN "
         f"(SELECT {ident(j.fk)} FROM {_t(j.child)})"
@@ -263,26 +271,21 @@ def _without(d: Draw) -> str | None:
 
 
 def _join_top(d: Draw) -> str | None:
-    j = d.join()
-    if not j:
+    drawn = d.joined_label()
+    if not drawn:
         return None
-    shown = d.column(j.parent, "text")
-    if not shown:
-        return None
+    j, shown = drawn
     return (
-        f"SELECT T2.{ident(shown.name)} FROM {_t(j.child)} AS T1 JOIN {_t(j.parent)} AS T2 "
-        f"ON T1.{ident(j.fk)} = T2.{ident(j.pk)} GROUP BY T2.{ident(j.pk)} "
+        f"SELECT T2.{ident(shown.name)} FROM {_joined(j)} GROUP BY T2.{ident(j.pk)} "
         f"ORDER BY count(*) DESC LIMIT 1"
     )
 
 
 def _both(d: Draw) -> str | None:
-    t = d.table()
-    if not t:
+    drawn = d.labelled_numbers()
+    if not drawn:
         return None
-    shown, where = d.column(t, "text"), d.column(t, "number")
-    if not shown or not where:
-        return None
+    t, shown, where = drawn
     lo, hi = d.value(where), d.value(where)
     if lo is None or hi is None:
         return None
