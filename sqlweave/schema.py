@@ -250,7 +250,7 @@ def introspect(
     if visible is not None:
         # A scoped view (sqlweave.schema_filter.scoped): the whole schema, cached once, cut down.
         whole = introspect(
-            _unscoped(db),
+            unscoped(db),
             description_dir=description_dir,
             sample_rows=sample_rows,
             distinct_values=distinct_values,
@@ -277,7 +277,7 @@ def introspect(
     return schema
 
 
-def _unscoped(db: Database) -> Database:
+def unscoped(db: Database) -> Database:
     """``db`` with every table visible again (a scoped view shares the real handle's state)."""
     import copy
 

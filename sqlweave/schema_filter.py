@@ -122,8 +122,8 @@ class SchemaIndex:
         ]
         table_docs = [table_document(t) for t in schema.tables]
         column_docs = [column_document(schema.tables[ti], ci) for ti, ci in self.columns]
-        self._tables = _bm25(table_docs)
-        self._columns = _bm25(column_docs)
+        self._tables = _Bm25(table_docs)
+        self._columns = _Bm25(column_docs)
         self._encoder = encoder
         self._table_vecs = encoder.encode(table_docs) if encoder is not None else None
         self._column_vecs = encoder.encode(column_docs) if encoder is not None else None
@@ -138,14 +138,6 @@ class SchemaIndex:
             q = self._encoder.encode([query])[0]
             ranks.append(self._table_vecs @ q)
             ranks.append(self._per_table(self._column_vecs @ q))
-        return sum(_rrf(r) for r in ranks)
-
-    def column_scores(self, query: str) -> np.ndarray:
-        """One fused score per column, in :attr:`columns` order."""
-        ranks = [self._columns.scores(query, len(self.columns))]
-        if self._encoder is not None:
-            q = self._encoder.encode([query])[0]
-            ranks.append(self._column_vecs @ q)
         return sum(_rrf(r) for r in ranks)
 
     def _per_table(self, column_scores: np.ndarray) -> np.ndarray:
@@ -169,10 +161,6 @@ class _Bm25:
         if not ids:
             return np.zeros(n, dtype=np.float64)
         return self._model.get_scores_from_ids(ids).astype(np.float64)
-
-
-def _bm25(docs: Sequence[str]) -> _Bm25:
-    return _Bm25(docs)
 
 
 def _rrf(scores: np.ndarray) -> np.ndarray:
@@ -351,16 +339,14 @@ def schema_index(db: Database) -> SchemaIndex:
     Uses the bundled sentence encoder when the ``embeddings`` extra is installed; BM25 alone
     otherwise (logged once).
     """
-    from sqlweave.schema import introspect
+    from sqlweave.schema import introspect, unscoped
 
     key = _key(db)
     with _LOCK:
         hit = _INDEXES.get(key)
     if hit is not None:
         return hit
-    whole = db if visible_tables(db) is None else copy.copy(db)
-    if whole is not db:
-        whole.visible_tables = None
+    whole = db if visible_tables(db) is None else unscoped(db)
     encoder = None
     if USE_EMBEDDINGS:
         try:
@@ -379,15 +365,13 @@ def schema_index(db: Database) -> SchemaIndex:
 
 def whole_schema_tokens(db: Database) -> int:
     """Estimated tokens of ``db``'s whole schema as the native DDL renders it (cached)."""
-    from sqlweave.schema import native_ddl
+    from sqlweave.schema import native_ddl, unscoped
 
     key = _key(db)
     with _LOCK:
         hit = _WHOLE_CHARS.get(key)
     if hit is None:
-        whole = copy.copy(db)
-        whole.visible_tables = None
-        hit = len(native_ddl(whole))
+        hit = len(native_ddl(unscoped(db)))
         with _LOCK:
             _WHOLE_CHARS[key] = hit
     return int(hit / CHARS_PER_TOKEN) + 1
