@@ -193,7 +193,12 @@ def _row(summary: dict[str, Any]) -> str:
         if calls is not None
         else "— | — | — | —"
     )
-    return f"| {label} | {summary['n']} | {ex:.1f} | [{low:.1f}, {high:.1f}] | {delta} | {p} | {cost} |"
+    oracle = summary.get("oracle_ex")
+    ceiling = f"{100 * oracle:.1f}" if oracle is not None else "–"
+    return (
+        f"| {label} | {summary['n']} | {ex:.1f} | [{low:.1f}, {high:.1f}] | {ceiling} | {delta} "
+        f"| {p} | {cost} |"
+    )
 
 
 def table() -> str:
@@ -209,7 +214,7 @@ def table() -> str:
         "",
         "Written by `python experiments/protocol.py --table` from the JSON summaries beside it. "
         "EX in %, 95% bootstrap interval; Δ vs naive is paired on the same questions (bootstrap "
-        "interval), p is McNemar's exact test. calls/q, cached/q (calls DSPy's cache answered "
+        "interval), p is McNemar's exact test. oracle: EX of a perfect selector over the run's recorded candidates (some candidate right; – where the run recorded none). calls/q, cached/q (calls DSPy's cache answered "
         "from an earlier run), tokens/q (prompt + completion, cold calls only) and s/q are per "
         "question (s/q: wall seconds on this 2-core CPU machine, which other jobs shared during "
         "some runs). A cache hit costs no tokens and ~0 s, so a row with cached calls understates "
@@ -221,9 +226,9 @@ def table() -> str:
         lines += [
             f"## {slice_name}, {model}",
             "",
-            "| program | n | EX | 95% CI | Δ vs naive [95% CI] | p | calls/q | cached/q | tokens/q "
-            "| s/q |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| program | n | EX | 95% CI | oracle | Δ vs naive [95% CI] | p | calls/q | cached/q "
+            "| tokens/q | s/q |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
             *(_row(s) for s in rows),
             "",
         ]
@@ -278,6 +283,8 @@ def main() -> None:
         f"[{100 * summary['interval'][0]:.1f}, {100 * summary['interval'][1]:.1f}] "
         f"calls/q={usage.get('calls', 0):.2f} s/q={usage.get('wall_seconds', 0):.1f}"
     )
+    if "oracle_ex" in summary:
+        line += f" oracle={100 * summary['oracle_ex']:.1f} gap={100 * summary['selection_gap']:.1f}"
     for key, label in (("vs_naive", "naive"), ("vs_uncompiled", "uncompiled")):
         if key in summary:
             cmp = summary[key]

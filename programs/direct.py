@@ -18,7 +18,7 @@ from sqlweave.adapter import check_layout
 from sqlweave.db import Database
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
-from sqlweave.programs.voting import Sampler, settle_for
+from sqlweave.programs.voting import Sampler, sampled_origins, settle_for
 from sqlweave.schema import prompt_schema
 from sqlweave.signatures import GenerateSQL
 
@@ -126,6 +126,7 @@ class DirectSQL(SQLProgram):
             fixed.sql,
             stages=ran,
             candidates=candidates,
+            origins=sampled_origins(self.name, len(candidates), greedy_first=True),
             linked=linked,
             history=fixed.history,
             schema=schema_text,

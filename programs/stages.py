@@ -51,7 +51,8 @@ implementation is one class and one :func:`register` call.
 **The output contract.** Every program returns, besides its own intermediate fields,
 ``sql`` (the answer), ``stages`` (the stages that ran, in order, one :data:`LABELS` entry per
 role, the same words in every program; recorded by a :class:`Ran` as the stages are called),
-``candidates`` (the SQL the selection chose among; ``[sql]`` without one), ``linked``
+``candidates`` (the SQL the selection chose among; ``[sql]`` without one; with
+``candidate_origins`` when the program says which generator wrote each), ``linked``
 (``table.column`` names kept by linking, ``[]`` without), ``demos`` (questions of the examples
 shown) and ``history`` (the correction attempts). LM calls and tokens are never counted by hand: they come from
 :func:`sqlweave.lm.track_usage`.
@@ -328,6 +329,7 @@ def result(
     *,
     stages: Iterable[str],
     candidates: Iterable[str] | None = None,
+    origins: Iterable[str] | None = None,
     linked: Any = None,
     demos: Iterable[Any] | None = None,
     history: Iterable[Any] | None = None,
@@ -336,7 +338,10 @@ def result(
     """A program's prediction in the output contract (module docstring), plus ``extra`` fields.
 
     ``linked`` may be a :class:`~sqlweave.programs.linking.LinkedSchema` or a list of names;
-    ``demos`` examples or their questions; ``candidates`` defaults to ``[sql]``.
+    ``demos`` examples or their questions; ``candidates`` defaults to ``[sql]``. ``origins``
+    (one per candidate: the generator that wrote it and how, e.g. ``"direct:greedy"``,
+    ``"dubo_v1:sampled"``) becomes ``candidate_origins``, which evaluation records beside each
+    candidate's verdict.
     """
     if linked is None:
         names: list[str] = []
@@ -345,6 +350,12 @@ def result(
     else:
         names = [str(n) for n in linked]
     cands = [str(c) for c in candidates] if candidates is not None else [sql]
+    if origins is not None:
+        extra["candidate_origins"] = [str(o) for o in origins]
+        if len(extra["candidate_origins"]) != len(cands):
+            raise ValueError(
+                f"{len(extra['candidate_origins'])} origins for {len(cands)} candidates"
+            )
     return dspy.Prediction(
         sql=sql,
         stages=list(stages),

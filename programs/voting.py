@@ -477,6 +477,13 @@ class SelfConsistency(Sampler):
         return dspy.Prediction(sql=result.sql, candidates=list(candidates), vote=result)
 
 
+def sampled_origins(generator: str, n: int, greedy_first: bool = True) -> list[str]:
+    """The origins of ``n`` candidates a :class:`Sampler` drew from ``generator`` (the output
+    contract's ``candidate_origins``): ``"<generator>:greedy"`` for the first with
+    ``greedy_first``, ``"<generator>:sampled"`` for the others."""
+    return [f"{generator}:{'greedy' if i == 0 and greedy_first else 'sampled'}" for i in range(n)]
+
+
 def settle_for(selector: Any) -> dict[str, Any]:
     """:class:`Sampler` settings for candidates that go to ``selector`` (and are otherwise only
     recorded): ``settle`` when it is the plain execution vote, which samples need not outlast

@@ -429,6 +429,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
         f"EX {summary['ex'] * 100:.1f}% [95% CI {low * 100:.1f}, {high * 100:.1f}] "
         f"on {summary['n']} questions"
     )
+    if summary.get("oracle_ex") is not None:
+        typer.echo(
+            f"oracle EX {summary['oracle_ex'] * 100:.1f}% (some candidate right; selection "
+            f"gap {summary['selection_gap'] * 100:.1f} points)"
+        )
     for level, stats in summary.get("by_difficulty", {}).items():
         lo, hi = stats.get("interval") or (stats["ex"], stats["ex"])
         typer.echo(
@@ -546,6 +551,14 @@ def _summary_json(summary: dict[str, Any], out: Path) -> dict[str, Any]:
     return {
         **pct(summary),
         "by_difficulty": {k: pct(v) for k, v in summary.get("by_difficulty", {}).items()},
+        **(
+            {
+                "oracle_ex_pct": round(100 * summary["oracle_ex"], 2),
+                "selection_gap_pct": round(100 * summary["selection_gap"], 2),
+            }
+            if summary.get("oracle_ex") is not None
+            else {}
+        ),
         "usage_per_question": summary.get("usage") or {},
         "gold_errors": sum(r.get("gold_error") is not None for r in summary["records"]),
         "records": str(out),

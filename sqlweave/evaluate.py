@@ -265,7 +265,7 @@ def _evaluate_one(
     gold_error = match.gold_error.feedback() if match.gold_error is not None else None
     if match.gold_truncated:
         gold_error = "gold result exceeds the row cap; not compared"
-    return _record(
+    record = _record(
         example,
         sem,
         pred_sql,
@@ -277,6 +277,51 @@ def _evaluate_one(
         gold_error,
         correct=bool(match.correct),
     )
+    pool = candidates_of(pred)
+    if pool and gold_error is None:
+        verdicts = {pred_sql: bool(match.correct)}
+        for cand in pool:
+            sql = cand["sql"]
+            if sql not in verdicts:
+                verdicts[sql] = bool(
+                    sql.strip()
+                    and check_execution(
+                        sql, example.gold_sql, database, sem, timeout_s=timeout_s
+                    ).correct
+                )
+            cand["correct"] = verdicts[sql]
+        record["candidates"] = pool
+        record["oracle"] = bool(match.correct) or any(c["correct"] for c in pool)
+        record["eval_seconds"] = round(time.perf_counter() - start, 4)
+    return record
+
+
+def candidates_of(pred: Any) -> list[dict[str, Any]]:
+    """The candidates a prediction chose among, as records: ``{"sql", "origin", "group"}``.
+
+    Read from the output contract's ``candidates`` (:mod:`sqlweave.programs.stages`), with the
+    parallel ``candidate_origins`` (which generator wrote each, greedy or sampled, e.g.
+    ``"dubo_v1:sampled"``) and ``candidate_groups`` (the execution class the selector put it in)
+    when the program gives them. Duplicates are kept, so a vote can be replayed from the record.
+    A prediction without candidates (a string, a user's own module) gives ``[]``.
+    """
+    if pred is None or isinstance(pred, str):
+        return []
+    get = pred.get if isinstance(pred, dict) else lambda key: getattr(pred, key, None)
+    sqls = get("candidates")
+    if not isinstance(sqls, Sequence) or isinstance(sqls, str):
+        return []
+    origins = get("candidate_origins")
+    groups = get("candidate_groups")
+    out = []
+    for i, sql in enumerate(sqls):
+        cand: dict[str, Any] = {"sql": sql if isinstance(sql, str) else str(sql or "")}
+        if isinstance(origins, Sequence) and i < len(origins):
+            cand["origin"] = origins[i]
+        if isinstance(groups, Sequence) and i < len(groups):
+            cand["group"] = groups[i]
+        out.append(cand)
+    return out
 
 
 def _record(
@@ -512,10 +557,20 @@ def failed_outside_sql(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {"n": sum(reasons.values()), "reasons": dict(reasons.most_common())}
 
 
+def oracle_ex(records: Sequence[dict[str, Any]]) -> float | None:
+    """The share of questions some candidate answered right (the answer itself included): what
+    a perfect selector over the same candidates would score. A record without candidates counts
+    its answer alone (one candidate: oracle = EX); None when no record has candidates."""
+    if not records or not any("candidates" in r for r in records):
+        return None
+    return sum(bool(r.get("oracle", r.get("correct"))) for r in records) / len(records)
+
+
 def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """EX overall and per difficulty (each with a 95% bootstrap ``interval``), plus mean and total
     usage, from evaluation records; ``failed`` counts the questions that failed for reasons
-    outside their SQL (:func:`failed_outside_sql`)."""
+    outside their SQL (:func:`failed_outside_sql`). When records carry candidates, ``oracle_ex``
+    (:func:`oracle_ex`) and ``selection_gap`` (oracle EX minus EX: what selection loses)."""
     n = len(records)
     correct = sum(bool(r.get("correct")) for r in records)
     levels: dict[str, list[bool]] = {}
@@ -530,9 +585,15 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for key, value in (r.get("usage") or {}).items():
             if isinstance(value, int | float) and not isinstance(value, bool):
                 totals[key] = totals.get(key, 0) + value
+    oracle = oracle_ex(records)
     return {
         "ex": correct / n if n else 0.0,
         "interval": _interval([bool(r.get("correct")) for r in records]),
+        **(
+            {"oracle_ex": oracle, "selection_gap": oracle - correct / n}
+            if oracle is not None and n
+            else {}
+        ),
         "n": n,
         "errors": sum(r.get("error") is not None for r in records),
         "failed": failed_outside_sql(records),
