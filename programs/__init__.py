@@ -21,6 +21,7 @@ PROGRAMS = Registry(
         "dubo_v2": "sqlweave.programs.dubo:DuboV2",
         "rsl": "sqlweave.programs.rsl:RSLSQL",
         "weave": "sqlweave.programs.weave:WeaveSQL",
+        "ensemble": "sqlweave.programs.ensemble:EnsembleSQL",
     },
     base=SQLProgram,
 )

@@ -63,6 +63,66 @@ def _link_key(linked: LinkedSchema | None) -> Hashable:
     return tuple(linked.names()) if linked else None
 
 
+def v1_schema_text(
+    db: Database,
+    *,
+    sample_rows: int = 5,
+    max_schema_tokens: int = 3000,
+    descriptions: bool = False,
+    linked: LinkedSchema | None = None,
+) -> tuple[str, int]:
+    """Dubo-SQL v1's schema block for ``db`` (only what ``linked`` keeps) and how many sample rows
+    per table it shows; cached per database, settings and link. Its generator
+    (:class:`~sqlweave.programs.generators.DuboV1Generator`) and :class:`DuboV1` share it.
+
+    Rows are dropped one at a time (for every table alike) until the block fits
+    ``max_schema_tokens`` (0: no limit); a schema too large even without rows is shown whole,
+    since dropping tables would hide what the question may need. Primary keys and constraints
+    are left out, foreign keys kept, as in the paper.
+    """
+    key = (db_key(db), sample_rows, max_schema_tokens, descriptions, _link_key(linked))
+
+    def render() -> tuple[str, int]:
+        schema = introspect(db, sample_rows=max(5, sample_rows))
+        if linked:
+            schema = linked.subset(schema)
+        text = ""
+        for rows in range(sample_rows, -1, -1):
+            text = render_ddl_with_rows(
+                schema, rows=rows, include_pk=False, include_fks=True, descriptions=descriptions
+            )
+            if not max_schema_tokens or estimate_tokens(text) <= max_schema_tokens:
+                return text, rows
+        logger.info("%s: schema exceeds %d tokens even without rows", db.name, max_schema_tokens)
+        return text, 0
+
+    return CACHE.memo("dubo_v1.schema", key, render)
+
+
+def v2_schema_text(
+    db: Database,
+    *,
+    example_values: int = 5,
+    tables: frozenset[str] | None = None,
+    linked: LinkedSchema | None = None,
+) -> str:
+    """Dubo-SQL v2's per-column lines for ``db`` (only ``tables``, or what ``linked`` keeps),
+    with ``example_values`` stored values per column; cached per database, setting and subset.
+    Its generator (:class:`~sqlweave.programs.generators.DuboV2Generator`) and :class:`DuboV2`
+    share it."""
+    key = (db_key(db), example_values, tables, _link_key(linked))
+
+    def build() -> str:
+        schema = introspect(db, distinct_values=max(5, example_values))
+        if tables is not None:
+            schema = schema.subset(tables=sorted(tables))
+        if linked:
+            schema = linked.subset(schema)
+        return render_columns(schema, examples=example_values)
+
+    return CACHE.memo("dubo_v2.schema", key, build)
+
+
 class _Dubo(SQLProgram):
     """What both versions share: the role stages and generate → correct → select."""
 
@@ -177,45 +237,15 @@ class DuboV1(_Dubo):
         retry = {"max_rounds": 1, "multi_turn": True} if retry_on_error else None
         self._build_stages(linker, selector, corrector, retry, samples, temperature)
 
-    def _schema(self, db: Database) -> Schema:
-        return introspect(db, sample_rows=max(5, self.sample_rows))
-
     def schema_text(self, db: Database, linked: LinkedSchema | None = None) -> tuple[str, int]:
-        """The v1 schema block for ``db`` (only what ``linked`` keeps) and how many sample rows
-        per table it shows; cached per database, switches and link.
-
-        Rows are dropped one at a time (for every table alike) until the block fits
-        ``max_schema_tokens``; a schema too large even without rows is shown whole, since dropping
-        tables would hide what the question may need.
-        """
-        key = (
-            db_key(db),
-            self.sample_rows,
-            self.max_schema_tokens,
-            self.descriptions,
-            _link_key(linked),
+        """The v1 schema block for ``db`` (:func:`v1_schema_text` with this program's switches)."""
+        return v1_schema_text(
+            db,
+            sample_rows=self.sample_rows,
+            max_schema_tokens=self.max_schema_tokens,
+            descriptions=self.descriptions,
+            linked=linked,
         )
-        return CACHE.memo("dubo_v1.schema", key, lambda: self._render(db, linked))
-
-    def _render(self, db: Database, linked: LinkedSchema | None) -> tuple[str, int]:
-        schema = self._schema(db)
-        if linked:
-            schema = linked.subset(schema)
-        text = ""
-        for rows in range(self.sample_rows, -1, -1):
-            text = render_ddl_with_rows(
-                schema,
-                rows=rows,
-                include_pk=False,
-                include_fks=True,
-                descriptions=self.descriptions,
-            )
-            if not self.max_schema_tokens or estimate_tokens(text) <= self.max_schema_tokens:
-                return text, rows
-        logger.info(
-            "%s: schema exceeds %d tokens even without rows", db.name, self.max_schema_tokens
-        )
-        return text, 0
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         """One generation call, then (``retry_on_error``) one correction call if the SQL fails.
@@ -351,19 +381,8 @@ class DuboV2(_Dubo):
         tables: frozenset[str] | None = None,
         linked: LinkedSchema | None = None,
     ) -> str:
-        """Per-column lines for ``db`` (only ``tables``, or what ``linked`` keeps, when given),
-        cached per database, ``example_values`` and subset."""
-        key = (db_key(db), self.example_values, tables, _link_key(linked))
-
-        def build() -> str:
-            schema = self._schema(db)
-            if tables is not None:
-                schema = schema.subset(tables=sorted(tables))
-            if linked:
-                schema = linked.subset(schema)
-            return render_columns(schema, examples=self.example_values)
-
-        return CACHE.memo("dubo_v2.schema", key, build)
+        """Per-column lines for ``db`` (:func:`v2_schema_text` with this program's setting)."""
+        return v2_schema_text(db, example_values=self.example_values, tables=tables, linked=linked)
 
     def _demo_schema_text(self, example: Any) -> str:
         """The schema shown in a demo turn, in the same format as the question's own."""
@@ -448,4 +467,4 @@ class DuboV2(_Dubo):
         )
 
 
-__all__ = ["DuboV1", "DuboV2", "estimate_tokens"]
+__all__ = ["DuboV1", "DuboV2", "estimate_tokens", "v1_schema_text", "v2_schema_text"]

@@ -122,6 +122,47 @@ def _finsql_lm(ref: tuple[str, str]) -> Any:
     return CACHE.memo("lm", value, lambda: lm_module.build_lm(value))
 
 
+def pet_schema_text(
+    db: Database,
+    *,
+    values_per_column: int = 3,
+    cell_values: bool = True,
+    foreign_keys: bool = True,
+    rule: bool = True,
+    linked: LinkedSchema | None = None,
+) -> str:
+    """PET-SQL's reference-enhanced schema (stored values per column, foreign keys), reduced to
+    ``linked`` (None = all), after the optimisation rule (``rule``); cached per database. Shared
+    by :class:`PETSQL` and its generator (:class:`~sqlweave.programs.generators.PetGenerator`).
+
+    A table link keeps its tables whole (the paper); single columns keep their tables with
+    those columns plus the keys joins need.
+    """
+    parts = (values_per_column, cell_values, foreign_keys)
+    tables = None if linked is None else frozenset(linked.tables)
+    columns = None if linked is None else frozenset(linked.columns)
+    key = (db_key(db), parts, tables, columns)
+
+    def build() -> str:
+        schema = introspect(db)
+        subset: Schema | None = None
+        if linked is not None:
+            if linked.columns:
+                subset = linked.subset(schema, fallback=False)
+            else:
+                subset = schema.subset(tables=sorted(linked.tables))
+        return render_pet(
+            schema,
+            values_per_column=values_per_column,
+            subset=subset,
+            include_values=cell_values,
+            include_fks=foreign_keys,
+        )
+
+    text = CACHE.memo("pet.schema", key, build)
+    return f"{optimization_rule(db.dialect)}\n{text}" if rule else text
+
+
 class PETSQL(SQLProgram):
     """PET-SQL as a DSPy program (module docstring: stages, switches, local stand-ins).
 
@@ -231,29 +272,14 @@ class PETSQL(SQLProgram):
         A table link keeps its tables whole (the paper); single columns keep their tables with
         those columns plus the keys joins need.
         """
-        parts = (self.values_per_column, self.cell_values, self.foreign_keys)
-        tables = None if linked is None else frozenset(linked.tables)
-        columns = None if linked is None else frozenset(linked.columns)
-        key = (db_key(db), parts, tables, columns)
-
-        def build() -> str:
-            schema = introspect(db)
-            subset: Schema | None = None
-            if linked is not None:
-                if linked.columns:
-                    subset = linked.subset(schema, fallback=False)
-                else:
-                    subset = schema.subset(tables=sorted(linked.tables))
-            return render_pet(
-                schema,
-                values_per_column=self.values_per_column,
-                subset=subset,
-                include_values=self.cell_values,
-                include_fks=self.foreign_keys,
-            )
-
-        text = CACHE.memo("pet.schema", key, build)
-        return f"{optimization_rule(db.dialect)}\n{text}" if self.optimization_rule else text
+        return pet_schema_text(
+            db,
+            values_per_column=self.values_per_column,
+            cell_values=self.cell_values,
+            foreign_keys=self.foreign_keys,
+            rule=self.optimization_rule,
+            linked=linked,
+        )
 
     def retrieve_demos(self, question: str, db: Database, evidence: str) -> list[dspy.Example]:
         """Train question/SQL pairs with the most similar question skeletons, best first."""
@@ -407,4 +433,10 @@ def _ordered_tables(schema: Schema, linked: LinkedSchema) -> list[str]:
     return [t.name for t in schema.tables if t.name in touched]
 
 
-__all__ = ["CONSISTENCY_MODES", "DEFAULT_HARDNESS_VOTERS", "PETSQL", "optimization_rule"]
+__all__ = [
+    "CONSISTENCY_MODES",
+    "DEFAULT_HARDNESS_VOTERS",
+    "PETSQL",
+    "optimization_rule",
+    "pet_schema_text",
+]

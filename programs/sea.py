@@ -60,6 +60,29 @@ def render_foreign_keys(schema: Schema) -> str:
     )
 
 
+def question_values(
+    question: str, db: Database, *, per_column: int = 2, top_k: int = 1000, fill: bool = False
+) -> dict[tuple[str, str], list[str]]:
+    """The stored values per column that ``question`` points at, ``per_column`` of each (none
+    when 0): SEA-SQL's semantic enhancement, shared by :class:`SEASQL` and its generator
+    (:class:`~sqlweave.programs.generators.SeaGenerator`). The value index is built once per
+    database and cached (:class:`~sqlweave.values.ValueIndex`)."""
+    if per_column <= 0:
+        return {}
+    return ValueIndex.build(db).retrieve(question, top_k=top_k, keep=per_column, fill=fill)
+
+
+def render_enhanced(
+    schema: Schema, values: dict[tuple[str, str], list[str]], *, foreign_keys: bool = False
+) -> str:
+    """The compact schema text with ``values`` beside their columns (and, with
+    ``foreign_keys``, the ``REFERENCES`` lines)."""
+    text = render_compact(schema, values=values)
+    if foreign_keys and schema.foreign_keys:
+        text += "\n" + render_foreign_keys(schema)
+    return text
+
+
 class BiasEliminator(Generator):
     """SEA-SQL's adaptive bias elimination (ABE): review a query against what it returned.
 
@@ -203,19 +226,13 @@ class SEASQL(SQLProgram):
         :class:`~sqlweave.values.ValueIndex`, so repeated questions on a database pay only the
         BM25 scoring.
         """
-        if self.values_per_column <= 0:
-            return {}
-        index = ValueIndex.build(db)
-        return index.retrieve(
-            question, top_k=self.top_k, keep=self.values_per_column, fill=self.fill_values
+        return question_values(
+            question, db, per_column=self.values_per_column, top_k=self.top_k, fill=self.fill_values
         )
 
     def render(self, schema: Schema, values: dict[tuple[str, str], list[str]]) -> str:
         """The compact schema text with ``values`` beside their columns (and foreign keys)."""
-        text = render_compact(schema, values=values)
-        if self.foreign_keys and schema.foreign_keys:
-            text += "\n" + render_foreign_keys(schema)
-        return text
+        return render_enhanced(schema, values, foreign_keys=self.foreign_keys)
 
     def enhanced_schema(
         self, question: str, db: Database
@@ -306,4 +323,11 @@ class SEASQL(SQLProgram):
         )
 
 
-__all__ = ["RESULT_ROWS", "BiasEliminator", "SEASQL", "render_foreign_keys"]
+__all__ = [
+    "RESULT_ROWS",
+    "BiasEliminator",
+    "SEASQL",
+    "question_values",
+    "render_enhanced",
+    "render_foreign_keys",
+]

@@ -143,3 +143,71 @@ class CandidateSelector(dspy.Module):
             if not same:
                 reps.append((i, ordered))
         return [i for i, _ in reps]
+
+
+class RunoffSelector(dspy.Module):
+    """The ``runoff`` selector: the execution vote, and when it is close, the LM decides between
+    the two leading answers (CHASE-SQL's pairwise comparison, RSL-SQL's binary selection with
+    results shown).
+
+    The vote (:func:`~sqlweave.programs.voting.vote`, ``weights`` per candidate when given)
+    ranks the classes of equivalent results. When the runner-up holds at least ``threshold`` of
+    the leader's weight, one representative of each is shown to the LM with what it returned
+    (:class:`CandidateSelector`), leader first; otherwise the vote stands and no call is made.
+    ``threshold=1`` asks only on exact ties; 0 asks whenever two answers ran.
+
+    It needs every candidate, so a :class:`~sqlweave.programs.voting.Sampler` feeding it must
+    not stop early on a settled vote (:func:`~sqlweave.programs.voting.settle_for` gives it no
+    ``settle``): a vote that cannot change can still be close.
+    """
+
+    def __init__(
+        self, threshold: float = 0.5, max_rows: int = 5, timeout_s: float = FEEDBACK_TIMEOUT_S
+    ) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be within [0, 1], got {threshold!r}")
+        super().__init__()
+        self.threshold = threshold
+        self.timeout_s = timeout_s
+        self.judge = CandidateSelector(max_rows=max_rows, timeout_s=timeout_s)
+
+    def forward(
+        self,
+        candidates: Sequence[str],
+        db: Database | str | Path,
+        question: str = "",
+        evidence: str = "",
+        db_schema: str | None = None,
+        weights: Sequence[float] | None = None,
+    ) -> dspy.Prediction:
+        """Returns ``Prediction(sql, choice, lm_called, vote, runoff)``; ``runoff`` holds the two
+        0-based candidates the LM saw (None when the vote stood)."""
+        from sqlweave.programs.voting import Candidates, ranked_groups, vote
+
+        if not candidates:
+            raise ValueError("a selector needs at least one candidate")
+        database = resolve_database(db)
+        cands = list(candidates)
+        known = candidates.outcomes if isinstance(candidates, Candidates) else None
+        result = vote(cands, database, weights, timeout_s=self.timeout_s, known=known)
+        ranked = ranked_groups(result.groups)
+        if len(ranked) < 2 or ranked[1].weight < self.threshold * ranked[0].weight:
+            return dspy.Prediction(
+                sql=result.sql,
+                choice=result.winner_index + 1,
+                lm_called=False,
+                vote=result,
+                runoff=None,
+            )
+        pair = [ranked[0].first, ranked[1].first]
+        picked = self.judge(
+            candidates=[cands[i] for i in pair],
+            db=database,
+            question=question,
+            evidence=evidence,
+            db_schema=db_schema,
+        )
+        index = pair[picked.choice - 1]
+        return dspy.Prediction(
+            sql=cands[index], choice=index + 1, lm_called=picked.lm_called, vote=result, runoff=pair
+        )

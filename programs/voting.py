@@ -160,6 +160,11 @@ def _rank(group: ExecutionGroup) -> tuple[float, bool, int]:
     return (round(group.weight, 9), not group.empty, -group.first)
 
 
+def ranked_groups(groups: Sequence[ExecutionGroup]) -> list[ExecutionGroup]:
+    """The classes in the vote's order, the winner first (module docstring, rules 1-3)."""
+    return sorted(groups, key=_rank, reverse=True)
+
+
 def vote_settled(groups: Sequence[ExecutionGroup], undecided: float) -> bool:
     """Whether candidates still to come (``undecided``: their summed weight) can no longer change
     which class :func:`vote` picks, whatever they return.

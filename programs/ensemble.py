@@ -1,0 +1,228 @@
+"""One candidate pool drawn from several papers' generators, then one selection.
+
+Sampling one prompt and voting is where all of our accuracy came from, and its pool limits it:
+on unseen databases ``direct``'s eight samples hold about three distinct answers. Candidates from
+*different* prompts make different mistakes (CHASE-SQL's three generators, XiYan-SQL's ensemble),
+so this program asks each generator of :mod:`sqlweave.programs.generators` for ``samples``
+candidates (the first greedy, the rest sampled at ``temperature``, decoded together), pools them
+and selects: by the execution vote with a weight per generator, by the LM between the two leading
+answers when the vote is close (``runoff``), or by the LM over every answer (``lm``).
+Every candidate is returned with its origin and execution class, so a run records what each
+generator wrote and whether any was right (oracle EX).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import dspy
+
+from sqlweave.db import Database
+from sqlweave.programs import generators as generator_registry
+from sqlweave.programs import stages as stage_registry
+from sqlweave.programs.base import SQLProgram
+from sqlweave.programs.voting import (
+    Candidates,
+    Sampler,
+    VoteSelector,
+    VoteTally,
+    group_outcomes,
+    sample_lm,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_GENERATORS = "direct,dubo_v1,dubo_v2,sea,pet"
+
+
+def parse_names(value: str | Sequence[str]) -> tuple[str, ...]:
+    """Generator names from ``"a,b"`` or a sequence; each must be registered, none twice."""
+    names = [n.strip() for n in value.split(",")] if isinstance(value, str) else list(value)
+    names = [n for n in names if n]
+    if not names:
+        raise ValueError("generators must name at least one generator")
+    if len(set(names)) != len(names):
+        raise ValueError(f"a generator is named twice in {value!r}")
+    for name in names:
+        generator_registry.GENERATORS.load(name)  # an unknown name raises, listing the choices
+    return tuple(names)
+
+
+def parse_weights(value: str | dict[str, float], names: Sequence[str]) -> dict[str, float]:
+    """Per-generator vote weights from ``"direct=2,sea=0.5"`` (or a dict); unnamed ones weigh 1."""
+    if isinstance(value, dict):
+        pairs = list(value.items())
+    else:
+        pairs = []
+        for item in filter(None, (part.strip() for part in value.split(","))):
+            name, sep, number = item.partition("=")
+            if not sep:
+                raise ValueError(f"a weight is name=number, got {item!r}")
+            pairs.append((name.strip(), number))
+    weights = dict.fromkeys(names, 1.0)
+    for name, number in pairs:
+        if name not in weights:
+            raise ValueError(f"weight for {name!r}, which is not among the generators {names}")
+        weight = float(number)
+        if weight < 0:
+            raise ValueError(f"weights must be >= 0, got {name}={weight}")
+        weights[name] = weight
+    return weights
+
+
+class EnsembleSQL(SQLProgram):
+    """Candidates from several generators, pooled, then selected.
+
+    Switches:
+
+    * ``generators`` (``"direct,dubo_v1,dubo_v2,sea,pet"``): registered generator names, in the
+      order they are asked (ties in the vote go to the earliest candidate);
+    * ``samples`` (4) and ``temperature`` (0.7): candidates per generator, the first greedy;
+    * ``weights`` (``""``): per-generator vote weights, ``"direct=2,sea=0.5"`` (others 1);
+      ``greedy_weight`` (1.0) multiplies the weight of each generator's greedy candidate;
+    * ``selector`` (``vote``): ``vote`` (the weighted execution vote), ``runoff`` (the vote, and
+      the LM between the two leading answers when the runner-up has ``threshold`` of the
+      leader's weight), ``lm`` (the LM among every distinct answer), or any selector stage;
+    * ``threshold`` (0.5): the runoff's closeness;
+    * ``corrector`` (``rules``): MageSQL's rules on the chosen SQL (no LM call), or any corrector.
+
+    **Early stop.** With the plain vote and equal weights the pool stops drawing once the vote is
+    settled: before each generator, if the candidates so far decide the vote whatever the
+    remaining ones return (:meth:`VoteTally.settled`), the rest are not drawn (exact: the same
+    answer class wins). Within a generator's batch nothing stops early, and with weights, a
+    runoff or the LM selector every candidate is drawn: a weighted or LM selection needs them.
+    """
+
+    name = "ensemble"
+    #: Configurations whose prompts tests/record_prompts.py records (and the replay checks).
+    ABLATIONS = {"full": {}, "runoff": {"selector": "runoff", "weights": "direct=2"}}
+
+    def __init__(
+        self,
+        generators: str = DEFAULT_GENERATORS,
+        samples: int = 4,
+        temperature: float = 0.7,
+        weights: str = "",
+        greedy_weight: float = 1.0,
+        selector: str | dspy.Module = "vote",
+        threshold: float = 0.5,
+        corrector: str | dspy.Module = "rules",
+    ) -> None:
+        names = parse_names(generators)
+        if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+            raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+        if greedy_weight < 0:
+            raise ValueError(f"greedy_weight must be >= 0, got {greedy_weight!r}")
+        super().__init__()
+        self.names = names
+        self.switches["generators"] = ",".join(names)
+        self.weight_of = parse_weights(weights, names)
+        self.selector = stage_registry.build(
+            "selector", selector, settings={"runoff": {"threshold": float(threshold)}}
+        )
+        self.corrector = stage_registry.build(
+            "corrector",
+            corrector,
+            settings={"execution": {"max_rounds": 1, "retry_on_empty": True}},
+        )
+        for name in names:
+            generator = generator_registry.build(name)
+            setattr(self, f"gen_{name}", generator)
+            setattr(
+                self,
+                f"sample_{name}",
+                Sampler(generator.generate, n=samples, temperature=float(temperature)),
+            )
+
+    def generator(self, name: str) -> generator_registry.PromptGenerator:
+        """The generator stage pooled under ``name``."""
+        return getattr(self, f"gen_{name}")
+
+    @property
+    def _plain_vote(self) -> bool:
+        """Whether the selection is the unweighted vote, which may stop the pool early."""
+        uniform = len(set(self.weight_of.values())) == 1 and self.greedy_weight == 1.0
+        return type(self.selector) is VoteSelector and uniform
+
+    def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
+        """Besides the output contract (:mod:`sqlweave.programs.stages`): ``candidate_origins``
+        (``"<generator>:greedy|sampled"``), ``candidate_groups`` (each candidate's class of
+        equivalent results, None when it failed), ``schema`` (the first generator's schema text,
+        shown to an LM selector) and ``drawn`` (the generators asked)."""
+        ran = stage_registry.Ran()
+        ask = {"question": question, "evidence": evidence}
+        tally = VoteTally(db)
+        sqls: list[str] = []
+        origins: list[str] = []
+        weights: list[float] = []
+        drawn: list[str] = []
+        schema_text = ""
+        for position, name in enumerate(self.names):
+            sampler = getattr(self, f"sample_{name}")
+            remaining = sampler.n * (len(self.names) - position)
+            if self._plain_vote and sqls and tally.settled(sqls, remaining):
+                logger.debug("ensemble: the vote is settled before %s", name)
+                break
+            prompt = self.generator(name).prompt(question=question, db=db, evidence=evidence)
+            schema_text = schema_text or prompt.schema
+            drawn_now = sampler.draw(
+                db,
+                prompt.inputs,
+                lambda i, s=sampler: _rollout_lm(i, s.temperature),
+                n=sampler.n,
+                samples=sampler.n - 1,
+                greedy=sampler.temperature > 0,
+            )
+            if prompt.demos:
+                ran.record("demos")
+            ran.record("generator")
+            drawn.append(name)
+            for i, sql in enumerate(drawn_now):
+                sqls.append(sql)
+                origins.append(f"{name}:{'greedy' if i == 0 else 'sampled'}")
+                weight = self.weight_of[name] * (self.greedy_weight if i == 0 else 1.0)
+                weights.append(weight)
+        if len(sqls) > len(drawn):
+            ran.record("sampler")
+        outcomes = {sql: tally.outcome(sql) for sql in dict.fromkeys(sqls)}
+        pool = Candidates(sqls, outcomes)
+        select_ask = {**ask, "db": db, "db_schema": schema_text}
+        if len(sqls) > 1:
+            options = {} if self._plain_vote else {"weights": weights}
+            if not _takes_weights(self.selector):
+                options = {}
+            sql = ran("selector", self.selector, candidates=pool, **select_ask, **options).sql
+        else:
+            sql = sqls[0]
+        fixed = ran("corrector", self.corrector, sql=sql, **select_ask)
+        groups = group_outcomes(sqls, [outcomes[s] for s in sqls], db.dialect)
+        group_of: dict[int, int] = {m: g for g, grp in enumerate(groups) for m in grp.members}
+        return stage_registry.result(
+            fixed.sql,
+            stages=ran,
+            candidates=sqls,
+            origins=origins,
+            history=fixed.history,
+            candidate_groups=[group_of.get(i) for i in range(len(sqls))],
+            schema=schema_text,
+            drawn=drawn,
+        )
+
+
+def _rollout_lm(i: int, temperature: float) -> Any:
+    """Rollout ``i``'s LM: the current one greedy for the first, sampled for the rest."""
+    return sample_lm(i, temperature, greedy_first=True)
+
+
+def _takes_weights(selector: Any) -> bool:
+    """Whether ``selector``'s forward accepts ``weights`` (the vote and the runoff do)."""
+    try:
+        return "weights" in inspect.signature(type(selector).forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+__all__ = ["DEFAULT_GENERATORS", "EnsembleSQL", "parse_names", "parse_weights"]

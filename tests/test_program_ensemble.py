@@ -1,0 +1,132 @@
+"""Generators as a stage role, the ensemble's pooled candidates and the runoff selector, on a real
+Spider database. DummyLM drives the wiring only: what the pool scores is measured in experiments."""
+
+from __future__ import annotations
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+
+from sqlweave.evaluate import evaluate, read_records
+from sqlweave.programs import generators, get
+from sqlweave.programs.dubo import DuboV1, DuboV2
+from sqlweave.programs.ensemble import EnsembleSQL, parse_names, parse_weights
+from sqlweave.programs.pet import PETSQL
+from sqlweave.programs.sea import SEASQL
+from sqlweave.programs.selection import RunoffSelector
+from sqlweave.schema import prompt_schema
+
+QUESTION = "How many singers are from France?"
+RIGHT = "SELECT count(*) FROM singer WHERE country = 'France'"
+OTHER = "SELECT count(*) FROM singer"
+BROKEN = "SELECT nme FROM singer"
+
+
+@pytest.fixture()
+def db(spider_db):
+    return spider_db("concert_singer")
+
+
+def test_each_generator_shows_its_papers_schema_view(db) -> None:
+    texts = {
+        name: generators.build(name).prompt(question=QUESTION, db=db).schema
+        for name in generators.available()
+    }
+    assert set(texts) == {"direct", "dubo_v1", "dubo_v2", "sea", "pet"}
+    assert len(set(texts.values())) == len(texts)  # five different prompts
+    # The same text as the seed program's own generation step (shared renderers).
+    assert texts["direct"] == prompt_schema(db, "native")
+    assert texts["dubo_v1"] == DuboV1().schema_text(db)[0]
+    assert texts["dubo_v2"] == DuboV2().schema_text(db)
+    assert texts["sea"] == SEASQL().enhanced_schema(QUESTION, db)[0]
+    assert texts["pet"] == PETSQL().schema_text(db)
+    assert "France" in texts["sea"]  # the value the question names
+
+
+def test_a_generator_is_callable_on_its_own(db) -> None:
+    lm = DummyLM([{"sql": RIGHT}])
+    with dspy.context(lm=lm):
+        out = generators.build("dubo_v1")(question=QUESTION, db=db)
+    assert out.sql == RIGHT and out.schema.startswith("CREATE TABLE")
+
+
+def test_generator_registry_refuses_what_is_not_a_generator() -> None:
+    with pytest.raises(TypeError):
+        generators.register("bad", dict)
+    with pytest.raises(ValueError, match="direct"):
+        generators.build("nonesuch")
+
+
+def test_switch_parsing() -> None:
+    assert parse_names("direct, sea") == ("direct", "sea")
+    for bad in ("", "direct,direct", "direct,nonesuch"):
+        with pytest.raises(ValueError):
+            parse_names(bad)
+    assert parse_weights("sea=2", ("direct", "sea")) == {"direct": 1.0, "sea": 2.0}
+    for bad in ("pet=2", "sea", "sea=-1"):
+        with pytest.raises(ValueError):
+            parse_weights(bad, ("direct", "sea"))
+
+
+def test_the_pool_records_every_candidate_with_its_origin_and_class(db) -> None:
+    # Weights turn the early stop off: every generator is asked for both of its candidates.
+    program = EnsembleSQL(generators="direct,sea", samples=2, weights="sea=2", corrector="none")
+    lm = DummyLM([{"sql": RIGHT}, {"sql": OTHER}, {"sql": RIGHT}, {"sql": BROKEN}])
+    with dspy.context(lm=lm):
+        pred = program(question=QUESTION, db=db)
+    assert pred.candidate_origins == [
+        "direct:greedy",
+        "direct:sampled",
+        "sea:greedy",
+        "sea:sampled",
+    ]
+    assert sorted(pred.candidates) == sorted([RIGHT, OTHER, RIGHT, BROKEN])
+    groups = dict(zip(pred.candidates, pred.candidate_groups, strict=True))
+    assert groups[BROKEN] is None and groups[RIGHT] != groups[OTHER]
+    assert pred.drawn == ["direct", "sea"] and pred.sql == RIGHT
+    assert program.switches["generators"] == "direct,sea"
+
+
+def test_the_plain_vote_stops_drawing_once_it_is_settled(db) -> None:
+    program = EnsembleSQL(generators="direct,sea,pet", samples=2, corrector="none")
+    lm = DummyLM([{"sql": RIGHT}] * 6)
+    with dspy.context(lm=lm):
+        pred = program(question=QUESTION, db=db)
+    # 2 agreeing of 6: 4 to come could still win. 4 agreeing of 6: settled, pet is not asked.
+    assert pred.drawn == ["direct", "sea"] and len(pred.candidates) == 4
+    assert pred.sql == RIGHT
+
+
+def test_runoff_asks_the_lm_only_when_the_vote_is_close(db) -> None:
+    close = [OTHER, RIGHT, RIGHT, OTHER, RIGHT]
+    lm = DummyLM([{"choice": "2"}])
+    with dspy.context(lm=lm):
+        pred = RunoffSelector(threshold=0.5)(candidates=close, db=db, question=QUESTION)
+    assert (
+        pred.lm_called and pred.runoff == [1, 0] and pred.sql == OTHER
+    )  # leader RIGHT shown first
+    clear = [RIGHT, RIGHT, RIGHT, OTHER]
+    with dspy.context(lm=DummyLM([])):
+        pred = RunoffSelector(threshold=0.5)(candidates=clear, db=db, question=QUESTION)
+    assert not pred.lm_called and pred.runoff is None and pred.sql == RIGHT
+
+
+def test_the_ensemble_is_a_registered_program_and_evaluation_records_its_pool(
+    data_root, tmp_path
+) -> None:
+    from sqlweave import data
+
+    ex = [e for e in data.load_spider("dev", root=data_root) if e.db_id == "concert_singer"][:2]
+    program = get("ensemble", generators="direct,dubo_v1", samples=2, weights="direct=1.5")
+    lm = DummyLM([{"sql": e.gold_sql} for e in ex for _ in range(4)])
+    with dspy.context(lm=lm):
+        summary = evaluate(program, ex, out_path=tmp_path / "r.jsonl", progress=False)
+    records = read_records(tmp_path / "r.jsonl")
+    assert all(len(r["candidates"]) == 4 and r["oracle"] for r in records)
+    assert {c["origin"] for r in records for c in r["candidates"]} == {
+        "direct:greedy",
+        "direct:sampled",
+        "dubo_v1:greedy",
+        "dubo_v1:sampled",
+    }
+    assert summary["oracle_ex"] >= summary["ex"]
