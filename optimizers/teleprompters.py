@@ -107,7 +107,11 @@ class KNNDemos(_DemoOptimizer):
         """A copy that picks its demos per call from the completed train set."""
         completed = complete_examples(student, trainset, progress=self.progress)
         pool = [
-            {"question": ex.question, "demos": {n: demo_to_dict(d) for n, d in demos.items()}}
+            {
+                "question": ex.question,
+                "db_id": ex.get("db_id"),
+                "demos": {n: demo_to_dict(d) for n, d in demos.items()},
+            }
             for ex, demos in zip(completed.examples, completed.demos, strict=True)
             if demos
         ]
