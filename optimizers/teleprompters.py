@@ -91,7 +91,8 @@ class Labeled(_DemoOptimizer):
 
 
 class KNNDemos(_DemoOptimizer):
-    """Per question, the demos of the ``max_demos`` nearest train questions."""
+    """Per question, the demos of the ``max_demos`` nearest train questions, those on the
+    question's own database first (:func:`~sqlweave.optimizers.knn.attach_knn`)."""
 
     name = "knn"
     replays = True  # no LM call at all
