@@ -147,7 +147,7 @@ def test_compile_on_synthesized_pairs_records_the_set_and_resumes(tmp_path: Path
     assert again.meta.extra["synthetic"]["sha256"] == record["sha256"]
 
 
-def test_compile_over_two_databases_validates_on_both(tmp_path: Path):
+def test_compile_over_two_databases_shows_each_question_its_own_databases_demos(tmp_path: Path):
     lm = DummyLM({"Answer with the question only": {"question": QUESTION}, "": {"sql": "SELECT 1"}})
     with dspy.context(lm=lm):
         compiled = sqlweave.compile(
@@ -156,7 +156,8 @@ def test_compile_over_two_databases_validates_on_both(tmp_path: Path):
             synthesize=5,
             synthetic_out=tmp_path / "syn.jsonl",
             synthesis_check=False,
-            optimizer="labeled",
+            optimizer="knn",
+            max_demos=2,
             progress=False,
         )
     record = compiled.meta.extra["synthetic"]
@@ -164,6 +165,16 @@ def test_compile_over_two_databases_validates_on_both(tmp_path: Path):
     assert record["n_pairs"] == 10 and (record["n_train"], record["n_val"]) == (8, 2)
     assert (tmp_path / "syn.concert_singer.jsonl").is_file()
     assert (tmp_path / "syn.pets_1.jsonl").is_file()
+    # every pair asks the same question: only the database decides which demos a question gets
+    pool = compiled.program.knn_pool["pool"]
+    assert {item["db_id"] for item in pool} == {"concert_singer", "pets_1"}
+    for db, name in ((PETS_DB, "pets_1"), (DEMO_CONCERT_DB, "concert_singer")):
+        answer = DummyLM([{"sql": "SELECT 1"}])
+        with dspy.context(lm=answer):
+            compiled.program(question=QUESTION, db=str(db))
+        prompt = json.dumps(answer.history[-1]["messages"])
+        shown = [i for i in pool if json.dumps(i["demos"]["generate"]["sql"])[1:-1] in prompt]
+        assert len(shown) == 2 and {i["db_id"] for i in shown} == {name}
 
 
 def test_compile_arguments_that_do_not_go_together(tmp_path: Path):
