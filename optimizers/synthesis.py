@@ -482,6 +482,12 @@ def database_ref(database: Database) -> str:
     return database.url
 
 
+def read_pairs(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON Lines file this module wrote ([] when there is none); a line cut
+    short by an interrupted write is skipped with a warning."""
+    return _read_jsonl(path)
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []

@@ -39,6 +39,7 @@ from sqlweave.optimizers.synthesis import (
     SynthesisError,
     database_ref,
     draft_queries,
+    read_pairs,
     synthesize,
 )
 
@@ -157,6 +158,16 @@ def split_pairs(
     return train + turns[cap:], turns[:cap]
 
 
+def _check_resumable(path: Path, database: Database) -> None:
+    """Refuse to resume a pairs file written for another database (a reused ``out``)."""
+    others = sorted({str(p.get("db_id")) for p in read_pairs(path)} - {database.name})
+    if others:
+        raise SynthesisError(
+            f"{path} holds pairs of {', '.join(others)}, not of {database.name}: give another "
+            "pairs file (or delete this one)"
+        )
+
+
 def synthetic_sets(
     dbs: Database | str | Path | Sequence[Database | str | Path],
     n: int,
@@ -187,6 +198,7 @@ def synthetic_sets(
     entries: list[dict[str, Any]] = []
     with track_usage() as usage:
         for database, path in zip(databases, files, strict=True):
+            _check_resumable(path, database)
             path.parent.mkdir(parents=True, exist_ok=True)
             pairs = synthesize(
                 database, n, out=path, seed=seed, program=program, check=check, progress=progress

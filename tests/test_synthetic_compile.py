@@ -145,6 +145,9 @@ def test_compile_on_synthesized_pairs_records_the_set_and_resumes(tmp_path: Path
         )
     assert again.meta.extra["synthetic"]["lm_calls"] == 0
     assert again.meta.extra["synthetic"]["sha256"] == record["sha256"]
+    # the same file for another database is refused, not mixed
+    with dspy.context(lm=_lm()), pytest.raises(SynthesisError, match="holds pairs of concert"):
+        sqlweave.compile("direct", db=PETS_DB, synthesize=6, synthetic_out=out, progress=False)
 
 
 def test_compile_over_two_databases_shows_each_question_its_own_databases_demos(tmp_path: Path):
@@ -278,6 +281,14 @@ def test_cli_compile_on_synthesized_pairs(tmp_path: Path, monkeypatch: pytest.Mo
         [json.loads(x) for x in pairs_file.read_text().splitlines()]
     )
     assert meta.lm == "local:qwen2.5-coder-1.5b" and meta.n_train == 4
+    # several --db: one pairs file per database beside the artefact
+    args = ["compile", "--db", str(DEMO_CONCERT_DB), "--db", str(PETS_DB), "--synthesize", "2"]
+    args += ["--no-synthesis-check", "--optimizer", "labeled", "--out", str(out), "--no-progress"]
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    assert "synthetic set: 4 pairs (2 train, 2 validation)" in result.output
+    for name in ("concert_singer", "pets_1"):
+        assert f"2 pairs in {tmp_path / f'shop.synthetic.{name}.jsonl'}" in result.output
 
 
 def test_pairs_of_a_duckdb_database_name_it_by_url(tmp_path: Path):
