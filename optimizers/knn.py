@@ -9,9 +9,11 @@ the other to do so.
 from __future__ import annotations
 
 import types
+from pathlib import Path
 from typing import Any
 
 import dspy
+import numpy as np
 
 from sqlweave.programs import SQLProgram
 
@@ -22,33 +24,81 @@ def _knn_vectorizer() -> dspy.Embedder:
     return dspy.Embedder(embed)
 
 
-def attach_knn(program: SQLProgram, pool: list[dict[str, Any]], k: int) -> SQLProgram:
-    """Make ``program`` pick its demos per call: the ``k`` train questions nearest the question.
+def _query_db_id(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The name of the database a call asks about (``db_id``, the Database's name or the file's
+    stem, as :meth:`sqlweave.db.Database.open` names it), or None when the call names none."""
+    if kwargs.get("db_id"):
+        return str(kwargs["db_id"])
+    target = kwargs.get("db", args[0] if args else None) or kwargs.get("db_path")
+    if target is None:
+        return None
+    name = getattr(target, "name", None)
+    if isinstance(name, str) and not isinstance(target, Path):
+        return name
+    text = str(target)
+    if "://" in text:
+        from sqlweave.programs import resolve_database
 
-    ``pool`` items are ``{"question": str, "demos": {predictor name: demo dict}}``. This is what
-    ``dspy.KNNFewShot`` does (DSPy's ``KNN`` retriever, then labeled demos on a fresh copy per
-    call), without its per-call BootstrapFewShot, which prints on every call and would put the
-    same raw example on every predictor. Only the question is embedded, at train and call time
-    alike. The pool is kept on the program (``knn_pool``) so that an artefact can store it.
+        try:
+            return resolve_database(text).name
+        except Exception:  # noqa: BLE001 - the program itself reports a database it cannot open
+            return None
+    return Path(text).stem
+
+
+def nearest_first(
+    scores: np.ndarray, db_ids: list[str | None], own_db: str | None, k: int
+) -> list[int]:
+    """The ``k`` best pool positions: those on the question's own database first, then the rest,
+    each group by descending score.
+
+    Within a group the order is ``dspy.KNN``'s (``argsort`` reversed), so a pool with no item of
+    the question's database gives exactly the demos ``dspy.KNN`` would. Demos from the same
+    database show the tables and values the question is about; on a database the pool never saw
+    (Spider dev for a Spider train pool) every item is in the second group.
     """
-    from dspy.predict.knn import KNN
+    order = np.atleast_1d(scores).argsort()[::-1].tolist()
+    if own_db is not None:
+        order = [i for i in order if db_ids[i] == own_db] + [
+            i for i in order if db_ids[i] != own_db
+        ]
+    return order[:k]
 
+
+def attach_knn(program: SQLProgram, pool: list[dict[str, Any]], k: int) -> SQLProgram:
+    """Make ``program`` pick its demos per call: the ``k`` train questions nearest the question,
+    those on the question's own database first (:func:`nearest_first`).
+
+    ``pool`` items are ``{"question": str, "demos": {predictor name: demo dict}, "db_id": str}``
+    (``db_id`` may be missing in artefacts written before it was kept: such items count as
+    another database). This is what ``dspy.KNNFewShot`` does (question embeddings compared as
+    DSPy's ``KNN`` compares them, then labeled demos on a fresh copy per call), without its
+    per-call BootstrapFewShot, which prints on every call and would put the same raw example on
+    every predictor, and with the own-database preference a compile over several databases
+    needs. Only the question is embedded, at train and call time alike. The pool is kept on the
+    program (``knn_pool``) so that an artefact can store it.
+    """
     inner = program.deepcopy()
-    examples = [
-        dspy.Example(question=item["question"], demos=item["demos"]).with_inputs("question")
-        for item in pool
-    ]
-    retriever = (
-        KNN(min(k, len(examples)), examples, vectorizer=_knn_vectorizer()) if examples else None
+    vectorizer = _knn_vectorizer() if pool else None
+    # The text dspy.KNN embeds for an example whose one input is the question.
+    vectors = (
+        vectorizer([f"question: {item['question']}" for item in pool]).astype(np.float32)
+        if vectorizer is not None
+        else None
     )
+    db_ids = [item.get("db_id") for item in pool]
 
     def forward(self: SQLProgram, question: str, *args: Any, **kwargs: Any) -> dspy.Prediction:
         call = inner.deepcopy()
-        if retriever is not None:
-            nearest = retriever(question=question)
+        if vectors is not None and vectorizer is not None:
+            query = vectorizer([f"question: {question}"]).astype(np.float32)
+            scores = np.dot(vectors, query.T).squeeze()
+            chosen = nearest_first(scores, db_ids, _query_db_id(args, kwargs), k)
             for name, predictor in call.named_predictors():
                 predictor.demos = [
-                    dspy.Example(**item.demos[name]) for item in nearest if name in item.demos
+                    dspy.Example(**pool[i]["demos"][name])
+                    for i in chosen
+                    if name in pool[i]["demos"]
                 ]
         return call(question, *args, **kwargs)
 
@@ -57,4 +107,4 @@ def attach_knn(program: SQLProgram, pool: list[dict[str, Any]], k: int) -> SQLPr
     return program
 
 
-__all__ = ["attach_knn"]
+__all__ = ["attach_knn", "nearest_first"]

@@ -474,6 +474,20 @@ def round_trip(question: str, draft: Draft, db: Database, program: Any) -> bool:
     return match.correct
 
 
+def database_ref(database: Database) -> str:
+    """What a pair's ``db_path`` holds: a SQLite file's path, else the URL (a DuckDB file too:
+    its bare path would be opened as SQLite)."""
+    if database.dialect == "sqlite" and database.path is not None:
+        return str(database.path)
+    return database.url
+
+
+def read_pairs(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON Lines file this module wrote ([] when there is none); a line cut
+    short by an interrupted write is skipped with a warning."""
+    return _read_jsonl(path)
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
@@ -532,7 +546,7 @@ def synthesize(
         return pairs[:n]
     answerer = get(program) if isinstance(program, str) else program
     describer = dspy.Predict(DescribeSQL)
-    db_ref = str(database.path) if database.path is not None else database.url
+    db_ref = database_ref(database)
     bar = tqdm(
         total=n, initial=len(pairs), desc=f"synthesize {database.name}", disable=not progress
     )

@@ -91,7 +91,8 @@ class Labeled(_DemoOptimizer):
 
 
 class KNNDemos(_DemoOptimizer):
-    """Per question, the demos of the ``max_demos`` nearest train questions."""
+    """Per question, the demos of the ``max_demos`` nearest train questions, those on the
+    question's own database first (:func:`~sqlweave.optimizers.knn.attach_knn`)."""
 
     name = "knn"
     replays = True  # no LM call at all
@@ -107,7 +108,11 @@ class KNNDemos(_DemoOptimizer):
         """A copy that picks its demos per call from the completed train set."""
         completed = complete_examples(student, trainset, progress=self.progress)
         pool = [
-            {"question": ex.question, "demos": {n: demo_to_dict(d) for n, d in demos.items()}}
+            {
+                "question": ex.question,
+                "db_id": ex.get("db_id"),
+                "demos": {n: demo_to_dict(d) for n, d in demos.items()},
+            }
             for ex, demos in zip(completed.examples, completed.demos, strict=True)
             if demos
         ]

@@ -26,7 +26,11 @@ class DemoSource:
     a ``pool`` or a ready ``retriever`` is kept in :data:`sqlweave.caches.CACHE` and this object
     holds only its token, so the copies DSPy optimizers make share it instead of copying a
     7k-example pool and its embedding matrix. ``options`` go to the retriever; an ``encoder`` (a
-    model object, for the embedding retrievers) is kept by token the same way.
+    model object, for the embedding retrievers) is kept by token the same way. A ``pool`` of the
+    caller's own (pairs synthesized for several databases, say) ranks the question's own
+    database's items first (the retrievers' ``same_db_first``) unless ``options`` say otherwise
+    or exclude that database; the default train pool never holds the question's database at
+    evaluation time, so it keeps the plain ranking.
 
     Not a ``dspy.Module``: it has no LM call and nothing an optimizer could tune; programs hold
     one as a plain attribute and say in their switches how it was built.
@@ -49,6 +53,8 @@ class DemoSource:
         self.k = k
         self.source = source
         self.options = dict(options or {})
+        if pool is not None and not self.options.get("exclude_same_db"):
+            self.options.setdefault("same_db_first", True)
         if pool is not None and not isinstance(pool, list):
             pool = list(pool)
         # The list itself is the cache entry: programs given one pool share it and its retriever.

@@ -17,7 +17,9 @@ The seed pipelines choose demos in different ways, all behind one interface
 
 Every retriever takes the same options (:class:`BaseRetriever`): ``exclude_same_db`` (Dubo-SQL v2
 never shows a demo from the question's own database), ``one_per_db`` (Dubo v2's diversity rule: at
-most one demo per database) and two leakage guards. The pool must be train data: any example whose
+most one demo per database), ``same_db_first`` (the question's own database's items before any
+other's: for a pool of pairs from several databases, such as a compile's synthesized pairs) and two
+leakage guards. The pool must be train data: any example whose
 ``split`` is not ``"train"`` makes the constructor raise ``ValueError`` (``allow_non_train=True``
 opts out, e.g. for a user's own question bank). And ``retrieve`` never returns a pool item with the
 query's own ``(db_id, question)``, so scoring a train example against a pool that holds it cannot
@@ -121,10 +123,12 @@ class BaseRetriever:
         exclude_same_db: bool = False,
         one_per_db: bool = False,
         allow_non_train: bool = False,
+        same_db_first: bool = False,
     ) -> None:
         self.pool: list[Any] = list(pool)
         self.exclude_same_db = exclude_same_db
         self.one_per_db = one_per_db
+        self.same_db_first = same_db_first
         self.allow_non_train = allow_non_train
         if not allow_non_train:
             bad = [ex for ex in self.pool if _get(ex, "split") != "train"]
@@ -143,7 +147,7 @@ class BaseRetriever:
         return len(self.pool)
 
     def __repr__(self) -> str:
-        flags = [f for f in ("exclude_same_db", "one_per_db") if getattr(self, f)]
+        flags = [f for f in ("exclude_same_db", "one_per_db", "same_db_first") if getattr(self, f)]
         extra = f", {', '.join(flags)}" if flags else ""
         return f"{type(self).__name__}(pool={len(self.pool)}{extra})"
 
@@ -160,7 +164,10 @@ class BaseRetriever:
         """The ``k`` best pool examples for ``example`` after the filters (fewer if the pool runs out).
 
         Skips the query itself (same db_id and question), the query's database when
-        ``exclude_same_db``, and any database already used when ``one_per_db``.
+        ``exclude_same_db``, and any database already used when ``one_per_db``. With
+        ``same_db_first`` the pool items of the query's own database come first (in their
+        ranking order), then the rest: a pool of pairs from several databases (a compile's own
+        synthesized pairs) shows the question's own tables and values before any other's.
         """
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
@@ -170,7 +177,10 @@ class BaseRetriever:
         own_db = own_key[0]
         used_dbs: set[str] = set()
         chosen: list[int] = []
-        for i in self.ranking(example):
+        ranking: Iterable[int] = self.ranking(example)
+        if self.same_db_first and not self.exclude_same_db:
+            ranking = _own_first(ranking, self._db_ids, own_db)
+        for i in ranking:
             db_id = self._db_ids[i]
             if self._keys[i] == own_key:
                 continue
@@ -183,6 +193,19 @@ class BaseRetriever:
             if len(chosen) == k:
                 break
         return [self.pool[i] for i in chosen]
+
+
+def _own_first(ranking: Iterable[int], db_ids: list[str], own_db: str) -> Iterator[int]:
+    """``ranking`` with the positions on ``own_db`` moved ahead of the rest, each group in its
+    order. The own database's positions are yielded as they come (a top-k walk that fills up on
+    them stops early); the others wait until the ranking is exhausted."""
+    others: list[int] = []
+    for i in ranking:
+        if db_ids[i] == own_db:
+            yield i
+        else:
+            others.append(i)
+    yield from others
 
 
 def _log_build(retriever: BaseRetriever, started: float) -> None:

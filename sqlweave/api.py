@@ -242,9 +242,13 @@ def default_validation(
 
 def compile(  # noqa: A001 - the verb users look for; shadows the builtin only in this module
     program: SQLProgram | CompiledProgram | str,
-    trainset: Sequence[dspy.Example | dict[str, Any]],
+    trainset: Sequence[dspy.Example | dict[str, Any]] | None = None,
     valset: Sequence[dspy.Example | dict[str, Any]] | None = None,
     *,
+    db: Database | str | Path | Sequence[Database | str | Path] | None = None,
+    synthesize: int | None = None,
+    synthetic_out: str | Path | None = None,
+    synthesis_check: bool = True,
     optimizer: str = "bootstrap",
     metric: Callable[..., Any] | None = None,
     budget: int | None = None,
@@ -275,18 +279,66 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     compile across resumes and ``meta.lm_calls`` is the total of all its runs. The artefact
     records the compiled program's switches (the search's choice), the optimizer's details
     (the search history) and how validation was chosen (``meta.extra["validation"]``).
+
+    **No labelled questions?** Give ``db`` (a SQLite path, a SQLAlchemy URL or an open
+    Database, or a list of them) and ``synthesize=N`` instead of ``trainset``: N pairs are
+    synthesized for each database with the configured LM
+    (:func:`sqlweave.optimizers.synthetic.synthetic_sets`; ``synthesis_check=False`` skips the
+    round trip), written to ``synthetic_out`` (default: a file per database in
+    ``~/.cache/sqlweave/synthetic``; a rerun resumes it), split by a seeded shuffle into train
+    and validation (a fifth of each database's pairs, at most ``n_val``; with a ``valset``
+    every pair trains), and compiled on as any train set is. The artefact records the set in
+    ``meta.extra["synthetic"]``: its sha256, its size, each database (password redacted) and
+    the synthesis's LM calls. ``trainset`` and ``synthesize`` do not combine
+    (``ValueError``): to add labelled questions, synthesize to a file with
+    :func:`sqlweave.synthesize` and pass both lists as ``trainset``.
     """
     from sqlweave.evaluate import evaluate
     from sqlweave.examples import as_examples
     from sqlweave.lm import track_usage
     from sqlweave.optimizers.compile import run_optimizer
 
-    trainset = as_examples(trainset, what="trainset")
+    if synthesize is not None or db is not None:
+        if trainset is not None:
+            raise ValueError(
+                "give a trainset or db= with synthesize=N, not both (to combine them, "
+                "synthesize to a file with sqlweave.synthesize and pass both as trainset)"
+            )
+        if synthesize is None or db is None:
+            raise ValueError("db= and synthesize=N go together: N pairs for each database in db")
+    elif trainset is None:
+        raise ValueError("compile needs a trainset, or db=PATH_OR_URL and synthesize=N to make one")
+    else:
+        trainset = as_examples(trainset, what="trainset")
     if valset is not None:
         valset = as_examples(valset, what="valset")
     if max_demos < 0 or n_val < 0:
         raise ValueError(f"max_demos and n_val must be 0 or more, not {max_demos} and {n_val}")
     student = _as_program(program, switches)
+    synthetic = None
+    if synthesize is not None:
+        from sqlweave.optimizers.synthetic import synthetic_sets
+
+        if dspy.settings.lm is None:
+            raise ValueError(
+                "synthesize=N writes questions with the configured LM, and none is: call "
+                "sqlweave.configure(MODEL) first"
+            )
+        synthetic = synthetic_sets(
+            db,
+            synthesize,
+            out=synthetic_out,
+            seed=seed,
+            n_val=n_val,
+            check=synthesis_check,
+            progress=progress,
+        )
+        trainset = synthetic.train
+        if valset is not None:
+            trainset = trainset + synthetic.val
+        else:
+            valset = synthetic.val
+    assert trainset is not None
     if isinstance(program, CompiledProgram):
         name = program.meta.program
     elif isinstance(program, str) and program in _registry_names():
@@ -296,6 +348,8 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     if valset is None:
         trainset, valset, how = default_validation(trainset, n_val=n_val, seed=seed)
         logger.info("validating on %s", how)
+    elif synthetic is not None and valset is synthetic.val:
+        how = "a seeded fifth of each database's synthesized pairs"
     else:
         how = "given"
     valset = list(valset)
@@ -344,6 +398,7 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
             "val_lm_calls": val_calls,
             "proposer_lm": proposer_lm if isinstance(proposer_lm, str) else None,
             **({"details": report.details} if report.details else {}),
+            **({"synthetic": synthetic.record} if synthetic is not None else {}),
         },
     )
     logger.info(

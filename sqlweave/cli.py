@@ -829,8 +829,42 @@ def compile_cmd(
         int | None, typer.Option(help="most LM calls the optimizer may make (default: no cap)")
     ] = None,
     train: Annotated[
-        str, typer.Option("--train", help="spider, bird or a questions file (.json/.jsonl)")
-    ] = "spider",
+        str | None,
+        typer.Option(
+            "--train", help="spider (the default), bird or a questions file (.json/.jsonl)"
+        ),
+    ] = None,
+    db: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--db",
+            help="with --synthesize: your database, a SQLite file or SQLAlchemy URL "
+            "(repeat for several)",
+        ),
+    ] = None,
+    synthesize: Annotated[
+        int | None,
+        typer.Option(
+            "--synthesize",
+            help="no labelled questions: make N question/SQL pairs per --db database, split "
+            "them into train and validation and compile on them (not with --train)",
+        ),
+    ] = None,
+    synthetic_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--synthetic-out",
+            help="the synthesized pairs file, resumed by a rerun (default: OUT's name with "
+            ".synthetic.jsonl; with several --db, one file per database beside it)",
+        ),
+    ] = None,
+    synthesis_check: Annotated[
+        bool,
+        typer.Option(
+            "--synthesis-check/--no-synthesis-check",
+            help="keep only synthesized pairs that pass the round trip",
+        ),
+    ] = True,
     val: Annotated[
         str | None,
         typer.Option(
@@ -841,7 +875,10 @@ def compile_cmd(
             "spider-train-val; else held-out databases of --train), as sqlweave.compile does",
         ),
     ] = None,
-    n_train: Annotated[int, typer.Option(help="train examples to use; 0 = all")] = 24,
+    n_train: Annotated[
+        int | None,
+        typer.Option(help="train examples to use; 0 = all (default 24; not with --synthesize)"),
+    ] = None,
     n_val: Annotated[
         int, typer.Option(help="validation questions to use; 0 = all")
     ] = DEFAULT_N_VAL,
@@ -882,7 +919,9 @@ def compile_cmd(
     """Optimize a program against EX on train data, score it on validation data and save it.
 
     Train and validation data: spider, bird, or your own questions file (a JSON list or JSON
-    Lines of objects with question, sql and db_path or db_id; see the README).
+    Lines of objects with question, sql and db_path or db_id; see the README). No questions?
+    --db YOUR_DB --synthesize N makes N pairs for your database (as sqlweave synthesize does),
+    validates on a seeded fifth of them and compiles on the rest.
     """
     level = _setup_logging(verbose, quiet)
     progress = progress and level >= 0
@@ -909,6 +948,10 @@ def compile_cmd(
         search_val=search_val,
         space=space or [],
         sampler=sampler,
+        db=db or [],
+        synthesize=synthesize,
+        synthetic_out=synthetic_out,
+        synthesis_check=synthesis_check,
     )
 
 
@@ -932,9 +975,9 @@ def _compile(
     program: str,
     out: Path,
     optimizer: str,
-    train: str,
+    train: str | None,
     data_root: Path | None,
-    n_train: int,
+    n_train: int | None,
     max_demos: int,
     seed: int,
     model: str,
@@ -951,11 +994,14 @@ def _compile(
     search_val: int = 0,
     space: list[str] | None = None,
     sampler: str = "auto",
+    db: list[str] | None = None,
+    synthesize: int | None = None,
+    synthetic_out: Path | None = None,
+    synthesis_check: bool = True,
 ) -> Any:
     from sqlweave.api import compile as run_compile
-    from sqlweave.api import default_validation
-    from sqlweave.data import SLICES, DataError, assert_disjoint, eval_slice, load_slice
-    from sqlweave.examples import as_examples
+    from sqlweave.data import DataError
+    from sqlweave.db import ExecutionError
     from sqlweave.failures import LMUnavailableError
     from sqlweave.optimizers import ArtifactError
     from sqlweave.optimizers.registry import stage_names
@@ -992,6 +1038,121 @@ def _compile(
     checkpoint = checkpoint or out.with_suffix(".ckpt.json")
     if checkpoint.is_dir():
         _fail(f"--checkpoint {checkpoint} is a directory; give a file path")
+    databases: list[Any] = []
+    if synthesize is not None or db:
+        databases, synthetic_out = _synthesis_inputs(
+            db or [],
+            synthesize,
+            synthetic_out or out.with_name(f"{out.stem}.synthetic.jsonl"),
+            train=train,
+            n_train=n_train,
+        )
+        trainset, how = None, None
+        valset = _synthesis_valset(val, data_root, n_val, seed)
+    else:
+        trainset, valset, how = _train_and_val(
+            train or "spider", val, data_root, 24 if n_train is None else n_train, n_val, seed
+        )
+    prog, name = _program_from(program, switches)
+    _configure_lm(model, api_base)
+    proposer = None
+    if proposer_model is not None:
+        from sqlweave.lm import build_lm
+
+        try:
+            proposer = build_lm(proposer_model)
+        except Exception as err:  # weights missing, bad spec: say so and stop
+            _fail(str(err))
+    try:
+        compiled = run_compile(
+            name,
+            trainset,
+            valset,
+            db=databases or None,
+            synthesize=synthesize,
+            synthetic_out=synthetic_out,
+            synthesis_check=synthesis_check,
+            optimizer=optimizer,
+            budget=budget,
+            max_demos=max_demos,
+            n_val=n_val,
+            seed=seed,
+            proposer_lm=proposer,
+            checkpoint=checkpoint,
+            progress=progress,
+            candidates=candidates,
+            options=options,
+            **prog.meta.switches,
+        )
+    except (ValueError, ArtifactError, DataError, LMUnavailableError, ExecutionError) as err:
+        _fail(str(err))
+    except OSError as err:  # the checkpoint could not be written
+        _fail(f"cannot write the checkpoint {checkpoint}: {err.strerror or err}")
+    return _report_compile(compiled, name, out, optimizer, model, budget, proposer_model, how)
+
+
+def _synthesis_inputs(
+    db: list[str],
+    synthesize: int | None,
+    synthetic_out: Path,
+    *,
+    train: str | None,
+    n_train: int | None,
+) -> tuple[list[Any], Path]:
+    """The open databases of ``--db`` for ``--synthesize`` and the pairs file, checked before
+    the model loads: a database with no tables or only empty ones fails here."""
+    from sqlweave.db import ExecutionError
+    from sqlweave.optimizers.synthesis import SynthesisError
+    from sqlweave.optimizers.synthetic import open_databases
+
+    if synthesize is None:
+        _fail("--db names your database for --synthesize N (with --train, questions name theirs)")
+    if not db:
+        _fail("--synthesize needs --db: the database(s) to make pairs for")
+    if train is not None:
+        _fail(
+            "--synthesize and --train do not combine: compile on synthesized pairs or on --train "
+            "questions (to use both, run sqlweave synthesize and pass one questions file)"
+        )
+    if n_train is not None:
+        _fail("--n-train applies to --train; --synthesize N sets the number of pairs")
+    if synthesize < 1:
+        _fail(f"--synthesize must be at least 1, not {synthesize}")
+    _check_writable(synthetic_out, "--synthetic-out", touch=False)
+    try:
+        return open_databases(db), synthetic_out
+    except (ExecutionError, SynthesisError) as err:
+        _fail(str(err))
+    raise AssertionError("unreachable")
+
+
+def _synthesis_valset(
+    val: str | None, data_root: Path | None, n_val: int, seed: int
+) -> list[Any] | None:
+    """``--val`` data for a compile on synthesized pairs (None: a fifth of the pairs)."""
+    from sqlweave.data import SLICES, DataError, eval_slice, load_slice
+    from sqlweave.examples import as_examples
+
+    if val is None:
+        return None
+    try:
+        if val in SLICES:
+            return as_examples(load_slice(val, root=data_root)[: n_val or None], what="--val")
+        examples = eval_slice(_load_examples(val, "dev", data_root), n=n_val or None, seed=seed)
+        return as_examples(examples, what=f"--val {val}")
+    except DataError as err:
+        _fail(str(err))
+    return None
+
+
+def _train_and_val(
+    train: str, val: str | None, data_root: Path | None, n_train: int, n_val: int, seed: int
+) -> tuple[list[Any], list[Any] | None, str]:
+    """``--train`` and ``--val`` data as examples, and how validation was chosen."""
+    from sqlweave.api import default_validation
+    from sqlweave.data import SLICES, DataError, assert_disjoint, eval_slice, load_slice
+    from sqlweave.examples import as_examples
+
     train_pool = _load_examples(train, "train", data_root)
     valset = None
     how = "given"
@@ -1025,40 +1186,24 @@ def _compile(
             assert_disjoint(trainset, valset)
     except DataError as err:
         _fail(str(err))
-    prog, name = _program_from(program, switches)
-    _configure_lm(model, api_base)
-    proposer = None
-    if proposer_model is not None:
-        from sqlweave.lm import build_lm
+    return trainset, valset, how
 
-        try:
-            proposer = build_lm(proposer_model)
-        except Exception as err:  # weights missing, bad spec: say so and stop
-            _fail(str(err))
-    try:
-        compiled = run_compile(
-            name,
-            trainset,
-            valset,
-            optimizer=optimizer,
-            budget=budget,
-            max_demos=max_demos,
-            n_val=n_val,
-            seed=seed,
-            proposer_lm=proposer,
-            checkpoint=checkpoint,
-            progress=progress,
-            candidates=candidates,
-            options=options,
-            **prog.meta.switches,
-        )
-    except (ValueError, ArtifactError, DataError, LMUnavailableError) as err:
-        _fail(str(err))
-    except OSError as err:  # the checkpoint could not be written
-        _fail(f"cannot write the checkpoint {checkpoint}: {err.strerror or err}")
+
+def _report_compile(
+    compiled: Any,
+    name: str,
+    out: Path,
+    optimizer: str,
+    model: str,
+    budget: int | None,
+    proposer_model: str | None,
+    how: str | None,
+) -> Any:
+    """Save the compiled program to ``out`` and say what the compile did."""
     meta = compiled.meta
     meta.lm = model
-    meta.extra["validation"] = how
+    if how is not None:  # a compile on synthesized pairs keeps the API's account of it
+        meta.extra["validation"] = how
     if proposer_model:
         meta.extra["proposer_lm"] = proposer_model
     try:
@@ -1075,6 +1220,8 @@ def _compile(
         + (f", {earlier} of them by earlier runs" if earlier else "")
         + (f", {resumed} finished units resumed" if resumed else "")
     )
+    for line in _synthetic_lines(meta):
+        typer.echo(line)
     search = (meta.extra.get("details") or {}).get("search")
     if search:
         best = search.get("best_score")
@@ -1092,6 +1239,24 @@ def _compile(
     on = f" on {how}" if how and how != "given" else ""
     typer.echo(f"validation EX {val_text} (n={meta.n_val}){on}; saved {out}")
     return compiled
+
+
+def _synthetic_lines(meta: Any) -> list[str]:
+    """What an artefact compiled on synthesized pairs records of them: the set's size, sha256
+    and split, then each database (password redacted) with its pairs file; none otherwise."""
+    synthetic = meta.extra.get("synthetic")
+    if not isinstance(synthetic, dict):
+        return []
+    lines = [
+        f"synthetic set: {synthetic.get('n_pairs')} pairs ({synthetic.get('n_train')} train, "
+        f"{synthetic.get('n_val')} validation), sha256 {synthetic.get('sha256')}"
+    ]
+    for entry in synthetic.get("databases") or []:
+        if isinstance(entry, dict):
+            lines.append(
+                f"  database {entry.get('db')}: {entry.get('n_pairs')} pairs in {entry.get('file')}"
+            )
+    return lines
 
 
 def _switch_text(switches: dict[str, Any]) -> str:
@@ -1197,6 +1362,7 @@ def _summary_lines(program: Any, meta: Any, payload: dict[str, Any]) -> list[str
         f"validation EX {pct} (n={meta.n_val})"
         + (f" on {how}" if how and how != "given" else "")
         + f"; sqlweave {payload.get('versions', {}).get('sqlweave', '?')}",
+        *_synthetic_lines(meta),
         "",
         "what compile changed:",
     ]

@@ -80,6 +80,15 @@ def _fields(item: Any) -> Mapping[str, Any] | None:
     return None
 
 
+def _is_url(db_path: str | Path) -> bool:
+    return isinstance(db_path, str) and "://" in db_path
+
+
+def _url_name(url: str) -> str:
+    """What :meth:`sqlweave.db.Database.open` names a URL's database: its database part's stem."""
+    return Path(url.rsplit("/", 1)[-1].split("?", 1)[0]).stem or "db"
+
+
 def _prepare(i: int, item: Mapping[str, Any], need_sql: bool) -> tuple[dict[str, Any], list[str]]:
     """The full field set of one item, and what is missing or wrong with it."""
     problems: list[str] = []
@@ -104,11 +113,12 @@ def _prepare(i: int, item: Mapping[str, Any], need_sql: bool) -> tuple[dict[str,
             problems.append(f"db (database {db_id!r} not found; give db=PATH)")
     elif db_path is None:
         problems.append("db (a SQLite file path, or db_id of a bundled database)")
-    elif not Path(db_path).expanduser().is_file():
+    elif not _is_url(db_path) and not Path(db_path).expanduser().is_file():
         problems.append(f"db (no SQLite file at {db_path})")
     if problems:
         return {}, problems
-    db_file = Path(db_path).expanduser()
+    # A URL (a synthesized pair's PostgreSQL or DuckDB database) is opened as given.
+    db_file = Path(db_path).expanduser() if not _is_url(db_path) else None
     difficulty = item.get("difficulty")
     if not difficulty:
         try:
@@ -119,8 +129,8 @@ def _prepare(i: int, item: Mapping[str, Any], need_sql: bool) -> tuple[dict[str,
         **{k: v for k, v in item.items() if k not in ("sql", "SQL", "query", "db")},
         "question": question,
         "gold_sql": gold or "",
-        "db_path": str(db_file),
-        "db_id": str(db_id or db_file.stem),
+        "db_path": str(db_file) if db_file is not None else str(db_path),
+        "db_id": str(db_id or (db_file.stem if db_file is not None else _url_name(str(db_path)))),
         "evidence": str(item.get("evidence") or ""),
         "question_id": str(item.get("question_id") or f"q{i}"),
         "difficulty": str(difficulty),

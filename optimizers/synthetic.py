@@ -1,0 +1,259 @@
+"""Compile data for your own databases: synthesized pairs, split into train and validation.
+
+``sqlweave compile --db shop.sqlite --synthesize 40`` (and ``sqlweave.compile(program,
+db=..., synthesize=40)``) needs no labelled question: :func:`synthetic_sets` makes ``n`` pairs
+per database with :func:`~sqlweave.optimizers.synthesis.synthesize` (one resumable questions
+file each), splits them with a seeded shuffle, and returns the record an artefact keeps of them
+(``meta.extra["synthetic"]``): the set's sha256, its size and the databases it belongs to, any
+password redacted.
+
+**Split.** Each database's pairs are split on their own (a seeded fifth to validation, at least
+one when a database has two pairs or more, none when it has one), so every database has demos
+and validation questions alike: the compile is for these databases, not for unseen ones, unlike
+:func:`sqlweave.api.default_validation`, which holds whole databases out. Validation keeps at
+most ``n_val`` pairs, taken in turn from each database; the pairs beyond go back to train.
+
+**Files.** Without ``out``, pairs go to ``$SQLWEAVE_CACHE/synthetic`` (else
+``~/.cache/sqlweave/synthetic``), one file per database and settings (seed, round trip), so a
+rerun with the same settings resumes and reuses them. With ``out`` and one database, ``out``
+is the file; with several, ``<stem>.<database name><suffix>`` beside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from sqlweave.db import Database
+from sqlweave.optimizers.synthesis import (
+    SynthesisError,
+    database_ref,
+    draft_queries,
+    read_pairs,
+    synthesize,
+)
+
+logger = logging.getLogger(__name__)
+
+VAL_FRACTION = 0.2
+"""The share of each database's pairs that validates."""
+
+
+@dataclass
+class SyntheticSet:
+    """Train and validation examples from synthesized pairs, and the artefact's record of them."""
+
+    train: list[dspy.Example]
+    val: list[dspy.Example]
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+def pairs_hash(pairs: Sequence[dict[str, Any]]) -> str:
+    """sha256 of a pair set's canonical content: each pair as JSON with sorted keys and no
+    spaces, the lines sorted and joined by newlines (so neither key order, line order nor
+    formatting changes it; any changed field does)."""
+    lines = sorted(
+        json.dumps(p, sort_keys=True, ensure_ascii=False, separators=(",", ":")) for p in pairs
+    )
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+
+
+def redact(ref: str) -> str:
+    """A database path or URL fit to record: a URL's password replaced by ``***``."""
+    if "://" not in ref:
+        return ref
+    try:
+        import sqlalchemy as sa
+
+        return sa.engine.make_url(ref).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - a URL SQLAlchemy cannot parse is masked by pattern
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", ref)
+
+
+def cache_dir() -> Path:
+    """``$SQLWEAVE_CACHE/synthetic``, else ``~/.cache/sqlweave/synthetic``; read at call time."""
+    root = os.environ.get("SQLWEAVE_CACHE")
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "sqlweave"
+    return base / "synthetic"
+
+
+def default_pairs_file(database: Database, *, seed: int, check: bool, program: str) -> Path:
+    """The cache file of ``database``'s pairs under these settings (a rerun resumes it)."""
+    key = json.dumps([database_ref(database), seed, check, program])
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
+    return cache_dir() / f"{database.name}-{digest}.jsonl"
+
+
+def pairs_files(
+    databases: Sequence[Database],
+    out: str | Path | None,
+    *,
+    seed: int = 0,
+    check: bool = True,
+    program: str = "direct",
+) -> list[Path]:
+    """One pairs file per database: ``out`` itself for one database, ``<stem>.<name><suffix>``
+    beside it for several, the cache (:func:`default_pairs_file`) without ``out``."""
+    if out is None:
+        return [default_pairs_file(d, seed=seed, check=check, program=program) for d in databases]
+    out = Path(out)
+    if len(databases) == 1:
+        return [out]
+    suffix = out.suffix or ".jsonl"
+    return [out.with_name(f"{out.stem}.{d.name}{suffix}") for d in databases]
+
+
+def open_databases(dbs: Database | str | Path | Sequence[Database | str | Path]) -> list[Database]:
+    """Open every database and check that each has something to ask about, before any LM call.
+
+    Raises :class:`~sqlweave.db.ExecutionError` for a database that cannot be opened and
+    :class:`SynthesisError` for none given, two with one name (demos are matched to questions by
+    it), a database with no tables or only empty ones.
+    """
+    from sqlweave.programs import resolve_database
+
+    items = [dbs] if isinstance(dbs, Database | str | Path) else list(dbs)
+    if not items:
+        raise SynthesisError("no database given to synthesize pairs for")
+    databases = [resolve_database(d) for d in items]
+    names = [d.name for d in databases]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SynthesisError(
+            f"two databases are named {', '.join(map(repr, twice))}: a demo is matched to a "
+            "question by its database's name, so give each database its own file name"
+        )
+    for database in databases:
+        next(draft_queries(database, 1), None)  # no tables, or only empty ones: raises now
+    return databases
+
+
+def split_pairs(
+    by_db: Sequence[Sequence[dict[str, Any]]], *, seed: int = 0, n_val: int = 0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(train, val)`` from each database's pairs (see the module doc); ``n_val=0``: no cap."""
+    train: list[dict[str, Any]] = []
+    held: list[list[dict[str, Any]]] = []
+    for pairs in by_db:
+        shuffled = list(pairs)
+        random.Random(f"synthetic-split:{seed}").shuffle(shuffled)
+        k = max(1, int(len(shuffled) * VAL_FRACTION)) if len(shuffled) > 1 else 0
+        held.append(shuffled[:k])
+        train += shuffled[k:]
+    # In turn from each database, so a cap keeps every database in validation.
+    turns: list[dict[str, Any]] = []
+    for i in range(max((len(h) for h in held), default=0)):
+        turns += [h[i] for h in held if i < len(h)]
+    cap = n_val or len(turns)
+    return train + turns[cap:], turns[:cap]
+
+
+def _check_resumable(path: Path, database: Database) -> None:
+    """Refuse to resume a pairs file written for another database (a reused ``out``)."""
+    others = sorted({str(p.get("db_id")) for p in read_pairs(path)} - {database.name})
+    if others:
+        raise SynthesisError(
+            f"{path} holds pairs of {', '.join(others)}, not of {database.name}: give another "
+            "pairs file (or delete this one)"
+        )
+
+
+def synthetic_sets(
+    dbs: Database | str | Path | Sequence[Database | str | Path],
+    n: int,
+    *,
+    out: str | Path | None = None,
+    seed: int = 0,
+    n_val: int = 0,
+    program: Any = "direct",
+    check: bool = True,
+    progress: bool = True,
+) -> SyntheticSet:
+    """``n`` pairs for each of ``dbs``, split into train and validation (``n_val`` caps it; 0:
+    a fifth of every database's pairs), with the artefact's record of them.
+
+    Uses DSPy's configured LM (the describer and the round-trip ``program``). A database that
+    yields fewer pairs than asked is kept, with a warning; one that yields none raises
+    :class:`SynthesisError` naming the file of every tried query's verdict.
+    """
+    from sqlweave.examples import as_examples
+    from sqlweave.lm import track_usage
+
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise SynthesisError(f"synthesize must be a positive number of pairs, got {n!r}")
+    databases = open_databases(dbs)
+    name = program if isinstance(program, str) else type(program).__name__
+    files = pairs_files(databases, out, seed=seed, check=check, program=name)
+    by_db: list[list[dict[str, Any]]] = []
+    entries: list[dict[str, Any]] = []
+    with track_usage() as usage:
+        for database, path in zip(databases, files, strict=True):
+            _check_resumable(path, database)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pairs = synthesize(
+                database, n, out=path, seed=seed, program=program, check=check, progress=progress
+            )
+            if not pairs:
+                raise SynthesisError(
+                    f"{database.name}: no pair survived synthesis (the model wrote no question "
+                    f"whose answer matched its SQL); every tried query's verdict is in "
+                    f"{path}.tried.jsonl"
+                )
+            if len(pairs) < n:
+                logger.warning(
+                    "%s: compiling on %d synthesized pairs, not the %d asked for",
+                    database.name,
+                    len(pairs),
+                    n,
+                )
+            by_db.append(pairs)
+            entries.append(
+                {
+                    "db": redact(database_ref(database)),
+                    "db_id": database.name,
+                    "n_pairs": len(pairs),
+                    "sha256": pairs_hash(pairs),
+                    "file": str(path),
+                }
+            )
+    train, val = split_pairs(by_db, seed=seed, n_val=n_val)
+    everything = [p for pairs in by_db for p in pairs]
+    record = {
+        "sha256": pairs_hash(everything),
+        "n_pairs": len(everything),
+        "n_asked": n,
+        "databases": entries,
+        "n_train": len(train),
+        "n_val": len(val),
+        "seed": seed,
+        "check": check,
+        "program": name,
+        "lm_calls": usage.calls,
+    }
+    return SyntheticSet(
+        as_examples(train, what="synthesized pairs"),
+        as_examples(val, what="synthesized pairs") if val else [],
+        record,
+    )
+
+
+__all__ = [
+    "SyntheticSet",
+    "default_pairs_file",
+    "open_databases",
+    "pairs_files",
+    "pairs_hash",
+    "redact",
+    "split_pairs",
+    "synthetic_sets",
+]

@@ -1,0 +1,104 @@
+"""Demos for a question come from its own database first (a program compiled over several)."""
+
+from __future__ import annotations
+
+import json
+
+import dspy
+import numpy as np
+from conftest import DEMO_CONCERT_DB
+from dspy.utils import DummyLM
+
+from sqlweave import programs
+from sqlweave.optimizers.knn import attach_knn, nearest_first
+from sqlweave.programs.demos import DemoSource
+from sqlweave.programs.retrieval import make_retriever
+
+QUESTION = "How many singers are there?"
+
+
+def _demo(question: str, sql: str) -> dict[str, str]:
+    return {
+        "dialect": "sqlite",
+        "db_schema": "CREATE TABLE t (a INT)",
+        "question": question,
+        "evidence": "",
+        "sql": sql,
+    }
+
+
+def test_nearest_first_puts_the_own_database_ahead_of_better_scores():
+    scores = np.array([0.9, 0.2, 0.8, 0.5])
+    dbs = ["a", "b", "a", "b"]
+    assert nearest_first(scores, dbs, "b", 3) == [3, 1, 0]
+    # no item of the question's database (or none named): dspy.KNN's order
+    assert nearest_first(scores, dbs, "c", 2) == [0, 2]
+    assert nearest_first(scores, dbs, None, 4) == [0, 2, 3, 1]
+    assert nearest_first(np.array(0.3), ["a"], "a", 2) == [0]  # one item squeezes to 0-d
+
+
+def test_knn_program_shows_demos_of_the_questions_own_database():
+    # The other database's item asks the very question; the own database's item another one.
+    pool = [
+        {
+            "question": QUESTION,
+            "db_id": "shop",
+            "demos": {"generate": _demo(QUESTION, "SELECT 'A'")},
+        },
+        {
+            "question": "List the stadium names.",
+            "db_id": "concert_singer",
+            "demos": {"generate": _demo("List the stadium names.", "SELECT 'B'")},
+        },
+    ]
+    compiled = attach_knn(programs.get("direct"), pool, 1)
+
+    def prompt_for(**where) -> str:
+        lm = DummyLM([{"sql": "SELECT 2"}])
+        with dspy.context(lm=lm):
+            compiled(question=QUESTION, **where)
+        return json.dumps(lm.history[-1]["messages"])
+
+    own = prompt_for(db=str(DEMO_CONCERT_DB))
+    assert "SELECT 'B'" in own and "SELECT 'A'" not in own
+    assert "SELECT 'B'" in prompt_for(db_path=str(DEMO_CONCERT_DB))
+    # a pool item without db_id (an older artefact) is another database's: nearest wins
+    older = attach_knn(programs.get("direct"), [{**p, "db_id": None} for p in pool], 1)
+    lm = DummyLM([{"sql": "SELECT 2"}])
+    with dspy.context(lm=lm):
+        older(question=QUESTION, db=str(DEMO_CONCERT_DB))
+    assert "SELECT 'A'" in json.dumps(lm.history[-1]["messages"])
+
+
+def _pool() -> list[dspy.Example]:
+    return [
+        dspy.Example(question=QUESTION, db_id="shop", gold_sql="SELECT 'A'", split="train"),
+        dspy.Example(
+            question="List the stadium names.",
+            db_id="concert_singer",
+            gold_sql="SELECT 'B'",
+            split="train",
+        ),
+        dspy.Example(
+            question="How many shops?", db_id="shop", gold_sql="SELECT 'C'", split="train"
+        ),
+    ]
+
+
+def test_retrievers_rank_the_own_database_first_when_asked():
+    query = {"question": QUESTION, "db_id": "concert_singer"}
+    plain = make_retriever("jaccard", _pool())
+    assert [ex.gold_sql for ex in plain.retrieve(query, 2)] == ["SELECT 'A'", "SELECT 'C'"]
+    own = make_retriever("jaccard", _pool(), same_db_first=True)
+    assert [ex.gold_sql for ex in own.retrieve(query, 2)] == ["SELECT 'B'", "SELECT 'A'"]
+    # excluding the own database wins over preferring it
+    both = make_retriever("jaccard", _pool(), same_db_first=True, exclude_same_db=True)
+    assert "SELECT 'B'" not in [ex.gold_sql for ex in both.retrieve(query, 3)]
+
+
+def test_a_demo_source_given_its_own_pool_prefers_the_questions_database():
+    db = type("Db", (), {"name": "concert_singer", "path": None})()
+    source = DemoSource("jaccard", 1, pool=_pool())
+    assert [ex.gold_sql for ex in source.retrieve(QUESTION, db)] == ["SELECT 'B'"]
+    plain = DemoSource("jaccard", 1, pool=_pool(), options={"same_db_first": False})
+    assert [ex.gold_sql for ex in plain.retrieve(QUESTION, db)] == ["SELECT 'A'"]
