@@ -87,7 +87,10 @@ class EnsembleSQL(SQLProgram):
       the LM between the two leading answers when the runner-up has ``threshold`` of the
       leader's weight), ``lm`` (the LM among every distinct answer), or any selector stage;
     * ``threshold`` (0.5): the runoff's closeness;
-    * ``corrector`` (``rules``): MageSQL's rules on the chosen SQL (no LM call), or any corrector.
+    * ``corrector`` (``rules``): MageSQL's rules on the chosen SQL (no LM call), or any corrector;
+    * ``early_stop`` (True): stop drawing once the plain vote is settled (below). Off, every
+      generator is asked whatever the vote says, so a run records each one's candidates (the
+      per-generator table); the answer is the same either way.
 
     **Early stop.** With the plain vote and equal weights the pool stops drawing once the vote is
     settled: before each generator, if the candidates so far decide the vote whatever the
@@ -110,6 +113,7 @@ class EnsembleSQL(SQLProgram):
         selector: str | dspy.Module = "vote",
         threshold: float = 0.5,
         corrector: str | dspy.Module = "rules",
+        early_stop: bool = True,
     ) -> None:
         names = parse_names(generators)
         if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
@@ -163,7 +167,7 @@ class EnsembleSQL(SQLProgram):
         for position, name in enumerate(self.names):
             sampler = getattr(self, f"sample_{name}")
             remaining = sampler.n * (len(self.names) - position)
-            if self._plain_vote and sqls and tally.settled(sqls, remaining):
+            if self.early_stop and self._plain_vote and sqls and tally.settled(sqls, remaining):
                 logger.debug("ensemble: the vote is settled before %s", name)
                 break
             prompt = self.generator(name).prompt(question=question, db=db, evidence=evidence)

@@ -95,6 +95,10 @@ def test_the_plain_vote_stops_drawing_once_it_is_settled(db) -> None:
     # 2 agreeing of 6: 4 to come could still win. 4 agreeing of 6: settled, pet is not asked.
     assert pred.drawn == ["direct", "sea"] and len(pred.candidates) == 4
     assert pred.sql == RIGHT
+    everyone = EnsembleSQL(generators="direct,sea,pet", samples=2, early_stop=False)
+    with dspy.context(lm=DummyLM([{"sql": RIGHT}] * 6)):
+        pred = everyone(question=QUESTION, db=db)
+    assert pred.drawn == ["direct", "sea", "pet"] and pred.sql == RIGHT
 
 
 def test_runoff_asks_the_lm_only_when_the_vote_is_close(db) -> None:
