@@ -1,0 +1,61 @@
+"""The per-generator table and the vote replay of experiments/ensemble_table.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import load_experiment
+
+ensemble_table = load_experiment("ensemble_table")
+
+
+def cand(origin, group, correct):
+    return {"sql": "x", "origin": origin, "group": group, "correct": correct}
+
+
+RECORDS = [
+    # a: direct's vote is wrong (2 vs 1), sea alone has it right
+    {
+        "correct": False,
+        "oracle": True,
+        "candidates": [
+            cand("direct:greedy", 0, False),
+            cand("direct:sampled", 0, False),
+            cand("sea:greedy", 1, True),
+        ],
+    },
+    # b: both right; a failed candidate joins no class
+    {
+        "correct": True,
+        "oracle": True,
+        "candidates": [
+            cand("direct:greedy", 0, True),
+            cand("direct:sampled", None, False),
+            cand("sea:greedy", 0, True),
+        ],
+    },
+]
+
+
+def test_replay_vote_weighs_by_generator_and_breaks_ties_by_order() -> None:
+    cands = RECORDS[0]["candidates"]
+    assert ensemble_table.replay_vote(cands) is False
+    assert ensemble_table.replay_vote(cands, {"sea": 3.0}) is True
+    assert ensemble_table.replay_vote([cand("a:greedy", 1, True), cand("b:greedy", 0, False)])
+    assert ensemble_table.replay_vote([cand("a:greedy", None, False)]) is False
+
+
+def test_table_counts_what_only_one_generator_gets_right() -> None:
+    result = ensemble_table.table(RECORDS)
+    assert result["ex"] == 50.0 and result["oracle"] == 100.0
+    direct, sea = result["generators"]["direct"], result["generators"]["sea"]
+    assert direct["greedy_ex"] == 50.0 and direct["oracle"] == 50.0 and direct["only_it"] == 0
+    assert sea["greedy_ex"] == 100.0 and sea["only_it"] == 1
+    assert result["subsets"]["direct,sea"]["oracle"] == 100.0
+    assert result["subsets"]["direct"]["vote_ex"] == 50.0
+    assert "| sea | 100.0 |" in ensemble_table.markdown(result)
+
+
+def test_a_record_without_candidates_counts_as_nothing_right() -> None:
+    result = ensemble_table.table([{"correct": True}, RECORDS[0]])
+    assert result["generators"]["sea"]["oracle"] == pytest.approx(50.0)
