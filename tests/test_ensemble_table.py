@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from tests.conftest import load_experiment
+from conftest import load_experiment
 
 ensemble_table = load_experiment("ensemble_table")
 
