@@ -120,6 +120,18 @@ DEFAULT_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
         "retry_on_error": (True, False),
         "descriptions": (False, True),
     },
+    "ensemble": {
+        "generators": (
+            "direct,dubo_v1,dubo_v2,sea,pet",
+            "direct,dubo_v1,sea",
+            "direct,sea,pet",
+            "direct,dubo_v1",
+        ),
+        "samples": (4, 2, 8),
+        "weights": ("", "direct=2", "sea=2", "dubo_v1=2"),
+        "greedy_weight": (1.0, 2.0),
+        "selector": ("vote", "runoff"),
+    },
     "dubo_v2": {
         "num_demos": (0, 2, 4),
         "diverse": (True, False),
