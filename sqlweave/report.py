@@ -499,7 +499,16 @@ def _summary_rows(runs: Sequence[Run], with_oracle: bool = False) -> list[list[A
                 run.name,
                 run.n,
                 str(run.ex()),
-                *([str(oracle) if oracle is not None else "–"] if with_oracle else []),
+                *(
+                    [
+                        str(oracle) if oracle is not None else "–",
+                        f"{100 * (oracle.estimate - run.ex().estimate):.1f}"
+                        if oracle is not None
+                        else "–",
+                    ]
+                    if with_oracle
+                    else []
+                ),
                 errors,
                 _mean(run.calls()),
                 _mean(run.calls("cached_calls")),
@@ -671,7 +680,7 @@ def render_report(runs: Sequence[Run], title: str = "sqlweave evaluation report"
                 "run",
                 "n",
                 "EX % [95% CI]",
-                *(["oracle EX %"] if with_oracle else []),
+                *(["oracle EX %", "selection gap (points)"] if with_oracle else []),
                 "errors",
                 "LM calls / q",
                 "cached / q",
@@ -683,7 +692,8 @@ def render_report(runs: Sequence[Run], title: str = "sqlweave evaluation report"
         *(
             [
                 '<p class="note">Oracle EX counts a question when any candidate the program '
-                "considered was correct: the ceiling a perfect selector would reach.</p>"
+                "considered was correct: the ceiling a perfect selector would reach; the selection gap "
+                "is oracle EX minus EX, what the program's selection lost.</p>"
             ]
             if with_oracle
             else []

@@ -132,6 +132,7 @@ def test_per_database_oracle_and_question_marks() -> None:
     assert other.oracle_ex().estimate == pytest.approx(2 / 3)  # a's candidate was right
     page = render_report([base, other])
     assert "oracle EX %" in page and "EX per database" in page
+    assert "selection gap (points)" in page and "<td>33.3</td>" in page  # 66.7 - 33.3
     # one row per question id, in the first run's order: a lost, b gained, c wrong everywhere
     classes = re.findall(r'<tr class="([a-z ]*)">', page)
     assert classes == ["lost", "gained", "allwrong lmfail"]
