@@ -92,7 +92,8 @@ class GraphRetriever:
     """Top-k pool examples whose gold-SQL graph is closest to the question's draft-SQL graph.
 
     Options: ``exclude_same_db`` (never return demos from the question's own database),
-    ``one_per_db`` (at most one demo per database, for diversity), ``probe_field`` (the example
+    ``one_per_db`` (at most one demo per database, for diversity), ``same_db_first`` (the
+    question's own database's pool items before the others'), ``probe_field`` (the example
     field holding the draft SQL, ``draft_sql``), ``sql_field`` (pool SQL, ``gold_sql``),
     ``dialect``, ``builder`` and ``model`` (inject a :class:`GraphBuilder` / trained
     :class:`GraphContrastiveModel` instead of loading ``model_path``), ``index`` (a precomputed
@@ -108,6 +109,7 @@ class GraphRetriever:
         builder: GraphBuilder | None = None,
         exclude_same_db: bool = False,
         one_per_db: bool = False,
+        same_db_first: bool = False,
         probe_field: str = "draft_sql",
         sql_field: str = "gold_sql",
         dialect: str | None = "sqlite",
@@ -118,6 +120,7 @@ class GraphRetriever:
         self.pool = list(pool)
         self.exclude_same_db = exclude_same_db
         self.one_per_db = one_per_db
+        self.same_db_first = same_db_first
         self.probe_field = probe_field
         self.sql_field = sql_field
         self.batch_size = batch_size
@@ -203,7 +206,12 @@ class GraphRetriever:
         qid, question = _get(example, "question_id"), _get(example, "question")
         out: list[dspy.Example] = []
         seen_dbs: set[str] = set()
-        for pos in torch.argsort(sims, descending=True, stable=True).tolist():
+        order = torch.argsort(sims, descending=True, stable=True).tolist()
+        if self.same_db_first and not self.exclude_same_db:
+            # the question's own database's pool items first, each group in similarity order
+            mine = {pos for pos in order if _get(self.pool[self.rows[pos]], "db_id") == db_id}
+            order = [pos for pos in order if pos in mine] + [p for p in order if p not in mine]
+        for pos in order:
             item = self.pool[self.rows[pos]]
             item_db = _get(item, "db_id")
             if qid is not None and _get(item, "question_id") == qid:

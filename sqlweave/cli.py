@@ -1641,6 +1641,10 @@ PROGRAM_CARDS: dict[str, tuple[str, str]] = {
         "sqlweave",
         "schema first, masked-question demos, value hints, execution vote, repair on failure",
     ),
+    "ensemble": (
+        "sqlweave",
+        "five papers' generators (greedy + samples each) pooled, then vote / runoff / LM",
+    ),
     "dubo": ("Dubo-SQL (v2)", "per-column schema, diverse retrieved demos, JSON answer, fixes"),
     "dubo_v1": ("Dubo-SQL v1", "concise DDL with sample rows -> bare SQL; one retry on error"),
     "dubo_v2": ("Dubo-SQL v2", "per-column schema, diverse retrieved demos, JSON answer, fixes"),

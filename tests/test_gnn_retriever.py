@@ -73,6 +73,16 @@ def test_exclude_same_db_and_one_per_db(pool):
     assert len(dbs) == len(set(dbs)) and len(dbs) <= len({p.db_id for p in pool})
 
 
+def test_same_db_first_ranks_the_questions_database_ahead(pool):
+    ex = pool[60]  # a database of the pool's second block
+    query = probe(pool[5].gold_sql, ex.db_id)  # the structure of a query on another database
+    own = sum(p.db_id == ex.db_id for p in pool)
+    got = make(pool, same_db_first=True).retrieve(query, k=own + 2)
+    assert [d.db_id == ex.db_id for d in got] == [True] * own + [False] * 2
+    plain = make(pool).retrieve(query, k=own)
+    assert [d.db_id for d in plain] != [ex.db_id] * own
+
+
 def test_pool_must_be_train(pool):
     bad = list(pool[:3]) + [dspy.Example(**{**dict(pool[3]), "split": "dev"})]
     with pytest.raises(ValueError, match="train split"):

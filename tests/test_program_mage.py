@@ -452,7 +452,11 @@ def test_every_linker(bundled_pool, concert: Database, linker: str) -> None:
 @pytest.mark.parametrize("selector", stage_registry.available("selector"))
 def test_every_selector(bundled_pool, concert: Database, selector: str) -> None:
     # The draft is HARD, the generation EASY: two candidates with different answers.
-    answers = [{"sql": HARD}, {"sql": EASY}, *([{"choice": "1"}] if selector == "lm" else [])]
+    answers = [
+        {"sql": HARD},
+        {"sql": EASY},
+        *([{"choice": "1"}] if selector in ("lm", "runoff") else []),
+    ]
     pred, lm = run_stage(bundled_pool, concert, answers, selector=selector)
     assert pred.candidates == [EASY, HARD]
     assert pred.generated_sql in pred.candidates

@@ -542,10 +542,12 @@ def test_every_linker_runs_in_rsl(bundled_db, tiny_retriever, name: str) -> None
 def test_every_selector_runs_in_rsl(bundled_db, tiny_retriever, name: str) -> None:
     pred = run_staged(staged(tiny_retriever, "selector", name), bundled_db)
     # The LM picks SQL2 (its empty result), which the execution corrector then repairs; the vote
-    # prefers the non-empty answer on a tie and "first" takes SQL1 unexecuted.
-    sql3, choice = (EMPTY, 2) if name == "lm" else (OLDER_40, 1)
+    # prefers the non-empty answer on a tie and "first" takes SQL1 unexecuted; the runoff asks
+    # the LM on that tie (leader first), so it picks SQL2 as the LM selector does.
+    asks_lm = name in ("lm", "runoff")
+    sql3, choice = (EMPTY, 2) if asks_lm else (OLDER_40, 1)
     assert (pred.sql3, pred.choice) == (sql3, choice) and "selector" in pred.stages
-    assert pred.sql == (OLDER_30 if name == "lm" else OLDER_40)
+    assert pred.sql == (OLDER_30 if asks_lm else OLDER_40)
 
 
 @pytest.mark.parametrize("name", stages.available("corrector"))
