@@ -401,10 +401,12 @@ class BatchingLlama:
         self.cancel = 0  # sequences the next armed batch reports as given up
         self._k = 0
         self.call_stats = CallStats()
+        self.kept: list[Any] = []  # keep_prompt of each call
 
-    def begin_call(self, **_: Any) -> None:
+    def begin_call(self, **options: Any) -> None:
         self._k = 0
         self.call_stats = CallStats(prompt_eval_tokens=7, eval_tokens=3)
+        self.kept.append(options.get("keep_prompt"))
 
     def arm_batch(
         self, k: int, sample_temperature: float | None = None, settle: Any = None
@@ -504,6 +506,9 @@ def test_a_greedy_block_decodes_the_samples_beside_its_greedy_call(fake) -> None
     assert greedy.text == "SELECT 0" and (greedy.provider_data or {}).get("batch_index") is None
     assert [r.text for r in samples] == ["SELECT 1", "SELECT 2", "SELECT 3", "SELECT 0"]
     assert batch.served == 3 and len(llama.calls) == 5 and llama.armed == [4]
+    # The greedy call hosting the batch keeps its prompt (a program alternating prompts
+    # restores it for the next question); a greedy call outside any batch does not.
+    assert llama.kept == [True, False, True, True, True]
 
 
 def test_a_greedy_block_whose_greedy_call_never_comes_batches_its_first_sample(fake) -> None:

@@ -204,10 +204,13 @@ class LlamaCppEngine:
             begin = getattr(loaded.llama, "begin_call", None)
             if begin is not None:  # a model built by load_llama (test doubles may lack it)
                 # A sampled call is usually one of several on this prompt (self-consistency,
-                # n > 1): keep its evaluated prompt so the next sample restores it.
+                # n > 1): keep its evaluated prompt so the next sample restores it. So is a
+                # greedy call hosting a batch of samples; and a program that alternates prompts
+                # (several generators per question) finds the schema prefix of each there for
+                # the next question, where the live KV cache holds only the last prompt.
                 begin(
                     lookup_tokens=lookup,
-                    keep_prompt=options["temperature"] > 0,
+                    keep_prompt=options["temperature"] > 0 or (batched and hosting),
                     prompt_cache_bytes=self.prompt_cache_bytes,
                 )
             prefill = prefill_of(messages)
