@@ -52,6 +52,8 @@ def replay_vote(
 
 def table(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per-generator and pool figures (percent) of ``records`` (module doc)."""
+    from sqlweave.evaluate import oracle_hit
+
     n = len(records)
     names = sorted({generator_of(c) for r in records for c in r.get("candidates") or []})
     rows: dict[str, dict[str, Any]] = {}
@@ -87,7 +89,7 @@ def table(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "n": n,
         "ex": 100 * sum(bool(r.get("correct")) for r in records) / n,
-        "oracle": 100 * sum(bool(r.get("oracle", r.get("correct"))) for r in records) / n,
+        "oracle": 100 * sum(oracle_hit(r) for r in records) / n,
         "generators": rows,
         "subsets": subsets,
     }

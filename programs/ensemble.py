@@ -30,7 +30,7 @@ from sqlweave.programs.voting import (
     VoteSelector,
     VoteTally,
     group_outcomes,
-    sample_lm,
+    sampled_origins,
 )
 
 logger = logging.getLogger(__name__)
@@ -172,23 +172,17 @@ class EnsembleSQL(SQLProgram):
                 break
             prompt = self.generator(name).prompt(question=question, db=db, evidence=evidence)
             schema_text = schema_text or prompt.schema
-            drawn_now = sampler.draw(
-                db,
-                prompt.inputs,
-                lambda i, s=sampler: _rollout_lm(i, s.temperature),
-                n=sampler.n,
-                samples=sampler.n - 1,
-                greedy=sampler.temperature > 0,
-            )
+            drawn_now = sampler(db=db, **prompt.inputs)
             if prompt.demos:
                 ran.record("demos")
             ran.record("generator")
             drawn.append(name)
-            for i, sql in enumerate(drawn_now):
-                sqls.append(sql)
-                origins.append(f"{name}:{'greedy' if i == 0 else 'sampled'}")
-                weight = self.weight_of[name] * (self.greedy_weight if i == 0 else 1.0)
-                weights.append(weight)
+            sqls += drawn_now
+            origins += sampled_origins(name, len(drawn_now))
+            weights += [
+                self.weight_of[name] * (self.greedy_weight if i == 0 else 1.0)
+                for i in range(len(drawn_now))
+            ]
         if len(sqls) > len(drawn):
             ran.record("sampler")
         outcomes = {sql: tally.outcome(sql) for sql in dict.fromkeys(sqls)}
@@ -214,11 +208,6 @@ class EnsembleSQL(SQLProgram):
             schema=schema_text,
             drawn=drawn,
         )
-
-
-def _rollout_lm(i: int, temperature: float) -> Any:
-    """Rollout ``i``'s LM: the current one greedy for the first, sampled for the rest."""
-    return sample_lm(i, temperature, greedy_first=True)
 
 
 def _takes_weights(selector: Any) -> bool:

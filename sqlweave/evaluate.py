@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -557,13 +557,31 @@ def failed_outside_sql(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {"n": sum(reasons.values()), "reasons": dict(reasons.most_common())}
 
 
+def oracle_hit(record: Mapping[str, Any]) -> bool:
+    """Whether the record's answer or any of its candidates is right: its ``oracle`` when
+    evaluation wrote one, else read from its ``candidates`` (each with ``correct``). A record
+    without candidates counts its answer alone (one candidate: oracle = EX)."""
+    if "oracle" in record:
+        return bool(record["oracle"])
+    candidates = record.get("candidates")
+    return bool(record.get("correct")) or any(
+        isinstance(c, Mapping) and c.get("correct")
+        for c in (candidates if isinstance(candidates, list) else [])
+    )
+
+
+def has_candidates(records: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether any record carries its candidates (so oracle EX means something)."""
+    return any(isinstance(r.get("candidates"), list) for r in records)
+
+
 def oracle_ex(records: Sequence[dict[str, Any]]) -> float | None:
-    """The share of questions some candidate answered right (the answer itself included): what
-    a perfect selector over the same candidates would score. A record without candidates counts
-    its answer alone (one candidate: oracle = EX); None when no record has candidates."""
-    if not records or not any("candidates" in r for r in records):
+    """The share of questions some candidate answered right (the answer itself included,
+    :func:`oracle_hit`): what a perfect selector over the same candidates would score. None
+    when no record has candidates."""
+    if not records or not has_candidates(records):
         return None
-    return sum(bool(r.get("oracle", r.get("correct"))) for r in records) / len(records)
+    return sum(oracle_hit(r) for r in records) / len(records)
 
 
 def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlweave.data import BIRD_LEVELS, SPIDER_LEVELS
-from sqlweave.evaluate import read_records
+from sqlweave.evaluate import has_candidates, oracle_hit, read_records
 from sqlweave.stats import Interval, PairedComparison, bootstrap_ci, outcomes_by_id, paired
 
 __all__ = [
@@ -194,16 +194,9 @@ class Run:
     def oracle_ex(self) -> Interval | None:
         """EX had the best candidate been chosen: a question counts when its answer or any of
         its ``candidates`` is correct. None when no record carries candidates."""
-        if not any(isinstance(r.get("candidates"), list) for r in self.records):
+        if not has_candidates(self.records):
             return None
-        hits = []
-        for r in self.records:
-            candidates = r.get("candidates") if isinstance(r.get("candidates"), list) else []
-            hits.append(
-                bool(r.get("correct"))
-                or any(isinstance(c, Mapping) and c.get("correct") for c in candidates)
-            )
-        return bootstrap_ci(hits)
+        return bootstrap_ci([oracle_hit(r) for r in self.records])
 
 
 def _level(record: Mapping[str, Any]) -> str:
