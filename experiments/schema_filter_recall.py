@@ -64,7 +64,9 @@ def main() -> None:
     parser.add_argument(
         "--configs",
         default="6:0.5",
-        help="comma-separated max_tables:min_share pairs, each measured on the same index",
+        help="comma-separated max_tables:min_share[:whole_component[:component_share]] settings "
+        "(whole_component 0: off), each measured "
+        "on the same index",
     )
     parser.add_argument("--no-embeddings", action="store_true")
     parser.add_argument("--no-values", action="store_true")
@@ -106,7 +108,10 @@ def main() -> None:
     whole = tokens(prompt_schema(db))
     summaries, all_rows = [], {}
     for config in args.configs.split(","):
-        max_tables, min_share = int(config.split(":")[0]), float(config.split(":")[1])
+        parts = config.split(":")
+        max_tables, min_share = int(parts[0]), float(parts[1])
+        whole_component = int(parts[2]) if len(parts) > 2 else 12
+        component_share = float(parts[3]) if len(parts) > 3 else 0.75
         rows, per_q = [], []
         for ex in examples:
             qid = str(ex.question_id)
@@ -118,11 +123,15 @@ def main() -> None:
                 mentioned=mentioned[qid],
                 max_tables=max_tables,
                 min_share=min_share,
+                whole_component=whole_component,
+                component_share=component_share,
             )
             per_q.append(time.perf_counter() - t0)
             gold_t, gold_c = gold_elements(ex.gold_sql, schema_tables)
             kept_l = {t.lower() for t in kept.tables}
             orig = originals[qid]
+            own_prefix = f"{orig.db_id.lower()}__"
+            own_tables = {t for t in schema_tables if t.startswith(own_prefix)}
             if orig.db_id not in own_tokens:
                 own_tokens[orig.db_id] = tokens(prompt_schema(Database.open(orig.db_path)))
             rows.append(
@@ -136,6 +145,10 @@ def main() -> None:
                     "gold_columns_kept": sum(1 for t, _c in gold_c if t in kept_l),
                     "gold_columns_n": len(gold_c),
                     "tokens": tokens(prompt_schema(db, tables=kept.tables)),
+                    # Merged slices name tables "<db_id>__<table>": did the view hold only the
+                    # question's own database, and all of it?
+                    "own_db_only": all(t.startswith(own_prefix) for t in kept_l),
+                    "own_db_whole": kept_l == own_tables,
                     "own_tokens": own_tokens[orig.db_id],
                 }
             )
@@ -145,6 +158,8 @@ def main() -> None:
                 "slice": args.slice,
                 "max_tables": max_tables,
                 "min_share": min_share,
+                "whole_component": whole_component,
+                "component_share": component_share,
                 "embeddings": encoder is not None,
                 "values": values is not None,
                 "whole_schema_tokens": whole,
@@ -163,6 +178,8 @@ def _summary(rows: list[dict], per_q: list[float]) -> dict:
     n = len(rows)
     return {
         "n": n,
+        "own_db_only_pct": round(100 * sum(r["own_db_only"] for r in rows) / n, 1),
+        "own_db_whole_pct": round(100 * sum(r["own_db_whole"] for r in rows) / n, 1),
         "questions_all_tables_kept_pct": round(
             100 * sum(r["tables_all_kept"] for r in rows) / n, 1
         ),

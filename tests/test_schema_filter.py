@@ -106,3 +106,53 @@ def test_a_thousand_table_schema_is_cut_to_a_few_tables_that_hold_the_answer():
     kept = filter_schema(SchemaIndex(schema), "How many penguins live on each island?")
     assert kept.ranking[0] == "db_x__penguin_colony"
     assert len(kept.tables) <= 6
+
+
+def _two_applications() -> Schema:
+    """A music application and a shop in one database: two FK components, look-alike words."""
+    tables = [
+        _table("concert", "concert_name", "stadium_id", "year"),
+        _table("stadium", "name", "capacity"),
+        _table("singer_in_concert", "concert_id", "singer_id"),
+        _table("singer", "name", "country", "age"),
+        _table("customer", "full_name", "city"),
+        _table("orders", "customer_id", "order_date", "singer_name"),
+    ]
+    fks = [
+        ForeignKey("concert", "stadium_id", "stadium", "id"),
+        ForeignKey("singer_in_concert", "concert_id", "concert", "id"),
+        ForeignKey("singer_in_concert", "singer_id", "singer", "id"),
+        ForeignKey("orders", "customer_id", "customer", "id"),
+    ]
+    return Schema(db_id="two", dialect="sqlite", tables=tables, foreign_keys=fks)
+
+
+MUSIC = {"concert", "stadium", "singer_in_concert", "singer"}
+
+
+def test_a_dominant_component_is_shown_whole_and_alone():
+    index = SchemaIndex(_two_applications())
+    question = "Which concerts took place in the stadium with the largest capacity?"
+    kept = filter_schema(index, question, max_tables=2)
+    assert set(kept.tables) == MUSIC
+    assert kept.ranking[0] in {"concert", "stadium"}
+    # without the component rule only the two best tables are kept
+    ranked = filter_schema(index, question, max_tables=2, whole_component=0)
+    assert set(ranked.tables) == {"concert", "stadium"}
+
+
+def test_no_component_dominates_the_ranking_stands():
+    index = SchemaIndex(_two_applications())
+    question = "Which customers ordered songs of singers from France?"
+    ranked = filter_schema(index, question, min_share=0.0, component_share=1.01)
+    assert {"customer", "singer"} <= set(ranked.tables)
+    assert filter_schema(index, question, min_share=0.0).tables == ranked.tables
+
+
+def test_a_component_too_big_or_over_budget_is_not_shown_whole():
+    index = SchemaIndex(_two_applications())
+    question = "Which concerts took place in the stadium with the largest capacity?"
+    small = filter_schema(index, question, max_tables=2, whole_component=3)
+    assert set(small.tables) == {"concert", "stadium"}
+    tight = filter_schema(index, question, fit=lambda s: len(s.tables) <= 2)
+    assert len(tight.tables) <= 2
