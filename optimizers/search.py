@@ -131,6 +131,7 @@ DEFAULT_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
         "weights": ("", "direct=2", "sea=2", "dubo_v1=2"),
         "greedy_weight": (1.0, 2.0),
         "selector": ("vote", "runoff"),
+        "candidate_rules": (False, True),
     },
     "dubo_v2": {
         "num_demos": (0, 2, 4),

@@ -88,6 +88,9 @@ class EnsembleSQL(SQLProgram):
       leader's weight), ``lm`` (the LM among every distinct answer), or any selector stage;
     * ``threshold`` (0.5): the runoff's closeness;
     * ``corrector`` (``rules``): MageSQL's rules on the chosen SQL (no LM call), or any corrector;
+    * ``candidate_rules`` (False): MageSQL's rules on *every* candidate as it is drawn, so one that
+      fails on a misspelt column or a wrongly cased value joins the selection repaired (the
+      early stop still holds: it sees the repaired candidates);
     * ``early_stop`` (True): stop drawing once the plain vote is settled (below). Off, every
       generator is asked whatever the vote says, so a run records each one's candidates (the
       per-generator table); the answer is the same either way.
@@ -114,6 +117,7 @@ class EnsembleSQL(SQLProgram):
         threshold: float = 0.5,
         corrector: str | dspy.Module = "rules",
         early_stop: bool = True,
+        candidate_rules: bool = False,
     ) -> None:
         names = parse_names(generators)
         if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
@@ -132,6 +136,7 @@ class EnsembleSQL(SQLProgram):
             corrector,
             settings={"execution": {"max_rounds": 1, "retry_on_empty": True}},
         )
+        self.rules = stage_registry.build("corrector", "rules") if candidate_rules else None
         for name in names:
             generator = generator_registry.build(name)
             setattr(self, f"gen_{name}", generator)
@@ -172,7 +177,10 @@ class EnsembleSQL(SQLProgram):
                 break
             prompt = self.generator(name).prompt(question=question, db=db, evidence=evidence)
             schema_text = schema_text or prompt.schema
-            drawn_now = sampler(db=db, **prompt.inputs)
+            drawn_now = list(sampler(db=db, **prompt.inputs))
+            if self.rules is not None:
+                drawn_now = [self.rules(sql=c, db=db, question=question).sql for c in drawn_now]
+                ran.record("corrector", self.rules)
             if prompt.demos:
                 ran.record("demos")
             ran.record("generator")

@@ -101,6 +101,23 @@ def test_the_plain_vote_stops_drawing_once_it_is_settled(db) -> None:
     assert pred.drawn == ["direct", "sea", "pet"] and pred.sql == RIGHT
 
 
+def test_candidate_rules_repair_every_candidate_before_the_vote(db) -> None:
+    lower = "SELECT count(*) FROM singer WHERE country = 'france'"
+    answers = [{"sql": lower}, {"sql": OTHER}, {"sql": lower}, {"sql": OTHER}]
+    plain = EnsembleSQL(generators="direct,sea", samples=2, corrector="none", early_stop=False)
+    with dspy.context(lm=DummyLM(answers)):
+        pred = plain(question=QUESTION, db=db)
+    assert pred.sql == lower  # the tie goes to the first candidate, unrepaired
+    mended = EnsembleSQL(
+        generators="direct,sea", samples=2, corrector="none", early_stop=False, candidate_rules=True
+    )
+    with dspy.context(lm=DummyLM(answers)):
+        pred = mended(question=QUESTION, db=db)
+    assert "'France'" in pred.sql and "'france'" not in " ".join(pred.candidates)
+    assert pred.candidates.count(OTHER) == 2  # right SQL is left as it was
+    assert mended.switches["candidate_rules"] is True
+
+
 def test_runoff_asks_the_lm_only_when_the_vote_is_close(db) -> None:
     close = [OTHER, RIGHT, RIGHT, OTHER, RIGHT]
     lm = DummyLM([{"choice": "2"}])

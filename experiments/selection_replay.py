@@ -1,0 +1,142 @@
+"""Selection strategies replayed over a run's recorded candidates, for choosing on validation.
+
+A run whose records carry every candidate with its origin (``ensemble`` with ``early_stop=false``)
+holds everything a selector sees except the LM. This script re-executes each candidate on the
+question's database and replays, without any LM call, the selections the ``ensemble`` program can
+be switched to, each scored against the gold query with the benchmark's semantics:
+
+* ``vote``: the execution vote (:func:`sqlweave.programs.voting.vote`, its tie rules included),
+  then MageSQL's rules on the winner: what ``selector=vote corrector=rules`` does;
+* ``rules-first``: MageSQL's rules applied to *every* candidate before the vote (a candidate that
+  fails on a misspelled column or a wrongly cased value joins the vote repaired);
+* each over every subset of the run's generators, with the greedy candidate weighted 1 or 2.
+
+It also reports each variant's oracle (some candidate of the pool right). It is a guide for
+choosing switches on a validation slice (``spider-train-val``), never a result: a choice is
+confirmed by running the program on the slice we report.
+
+    python experiments/selection_replay.py results/protocol/ensemble__five_nostop__spider-train-val__1.5b.jsonl --slice spider-train-val
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+RESULTS = Path(__file__).resolve().parent / "results" / "ensemble"
+
+
+def generator_of(origin: str | None) -> str:
+    return str(origin or "?").split(":", 1)[0]
+
+
+class Judge:
+    """Executes and scores SQL for one question, remembering every verdict by SQL text."""
+
+    def __init__(self, example: Any, timeout_s: float = 10.0) -> None:
+        from sqlweave.db import Database
+
+        self.example = example
+        self.db = Database.open(example.db_path)
+        self.timeout_s = timeout_s
+        self._correct: dict[str, bool] = {}
+        self._fixed: dict[str, str] = {}
+
+    def correct(self, sql: str) -> bool:
+        from sqlweave.metrics import check_execution, semantics_for
+
+        if sql not in self._correct:
+            ex = self.example
+            self._correct[sql] = bool(
+                sql.strip()
+                and check_execution(
+                    sql, ex.gold_sql, self.db, semantics_for(ex), timeout_s=self.timeout_s
+                ).correct
+            )
+        return self._correct[sql]
+
+    def fixed(self, sql: str) -> str:
+        from sqlweave.programs.rules import apply_rules
+
+        if sql not in self._fixed:
+            try:
+                self._fixed[sql] = apply_rules(sql, self.db).sql
+            except Exception:  # noqa: BLE001 - a rule that breaks leaves the SQL as it was
+                self._fixed[sql] = sql
+        return self._fixed[sql]
+
+    def select(self, sqls: Sequence[str], weights: Sequence[float]) -> str:
+        from sqlweave.programs.voting import vote
+
+        return vote(list(sqls), self.db, list(weights), timeout_s=self.timeout_s).sql
+
+
+def replay(records: Sequence[dict[str, Any]], examples: dict[str, Any]) -> dict[str, Any]:
+    """EX and oracle (percent) of every strategy (module doc) over ``records``."""
+    names = sorted(
+        {generator_of(c.get("origin")) for r in records for c in r.get("candidates") or []}
+    )
+    subsets = [s for k in range(1, len(names) + 1) for s in itertools.combinations(names, k)]
+    hits: dict[str, int] = {}
+    oracle: dict[str, int] = {}
+    n = 0
+    for record in tqdm(records, desc="replay", unit="q"):
+        cands = record.get("candidates") or []
+        example = examples.get(str(record["question_id"]))
+        if not cands or example is None:
+            continue
+        n += 1
+        judge = Judge(example)
+        for subset, first, greedy_w in itertools.product(subsets, (False, True), (1.0, 2.0)):
+            chosen = [c for c in cands if generator_of(c.get("origin")) in subset]
+            if not chosen:
+                continue
+            sqls = [judge.fixed(c["sql"]) if first else c["sql"] for c in chosen]
+            weights = [
+                greedy_w if str(c.get("origin")).endswith(":greedy") else 1.0 for c in chosen
+            ]
+            winner = judge.fixed(judge.select(sqls, weights))
+            key = f"{','.join(subset)} | {'rules-first' if first else 'vote'} | greedy={greedy_w:g}"
+            hits[key] = hits.get(key, 0) + judge.correct(winner)
+            if greedy_w == 1.0:
+                pool_key = f"{','.join(subset)} | {'rules-first' if first else 'vote'}"
+                oracle[pool_key] = oracle.get(pool_key, 0) + any(judge.correct(s) for s in sqls)
+    pct = lambda v: round(100 * v / max(n, 1), 1)  # noqa: E731
+    return {
+        "n": n,
+        "generators": names,
+        "ex": {k: pct(v) for k, v in sorted(hits.items(), key=lambda kv: -kv[1])},
+        "oracle": {k: pct(v) for k, v in sorted(oracle.items(), key=lambda kv: -kv[1])},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("records", type=Path, help="a run's JSONL with candidates on record")
+    parser.add_argument("--slice", required=True, help="the slice the run asked (for databases)")
+    parser.add_argument("--top", type=int, default=15, help="strategies to print")
+    args = parser.parse_args()
+    from sqlweave.data import load_slice
+    from sqlweave.evaluate import read_records
+
+    examples = {str(ex.question_id): ex for ex in load_slice(args.slice)}
+    result = replay(read_records(args.records), examples)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / (args.records.name.removesuffix(".jsonl") + ".replay.json")
+    out.write_text(json.dumps({"records": args.records.name, **result}, indent=1) + "\n")
+    print(f"n = {result['n']}")
+    print("| strategy (generators | selection | greedy weight) | EX | oracle |\n|---|---|---|")
+    for key, ex in list(result["ex"].items())[: args.top]:
+        pool_key = key.rsplit(" | ", 1)[0]
+        print(f"| {key} | {ex:.1f} | {result['oracle'].get(pool_key, float('nan')):.1f} |")
+    print(f"\nwritten {out}")
+
+
+if __name__ == "__main__":
+    main()
