@@ -9,6 +9,9 @@ be switched to, each scored against the gold query with the benchmark's semantic
   then MageSQL's rules on the winner: what ``selector=vote corrector=rules`` does;
 * ``rules-first``: MageSQL's rules applied to *every* candidate before the vote (a candidate that
   fails on a misspelled column or a wrongly cased value joins the vote repaired);
+* ``across``: the answer held by the most *different generators* wins (the vote's weight breaks
+  ties): agreement between prompts is stronger evidence than four samples of one prompt agreeing
+  (a strategy to test, not yet a selector of the program);
 * each over every subset of the run's generators, with the greedy candidate weighted 1 or 2.
 
 It also reports each variant's oracle (some candidate of the pool right). It is a guide for
@@ -71,10 +74,20 @@ class Judge:
                 self._fixed[sql] = sql
         return self._fixed[sql]
 
-    def select(self, sqls: Sequence[str], weights: Sequence[float]) -> str:
-        from sqlweave.programs.voting import vote
+    def select(
+        self, sqls: Sequence[str], weights: Sequence[float], sources: Sequence[str] | None = None
+    ) -> str:
+        """The vote's winner; with ``sources``, the answer most generators hold (module doc)."""
+        from sqlweave.programs.voting import execution_groups, ranked_groups, vote
 
-        return vote(list(sqls), self.db, list(weights), timeout_s=self.timeout_s).sql
+        if sources is None:
+            return vote(list(sqls), self.db, list(weights), timeout_s=self.timeout_s).sql
+        groups, _ = execution_groups(list(sqls), self.db, list(weights), timeout_s=self.timeout_s)
+        if not groups:
+            return sqls[0]
+        order = {id(g): i for i, g in enumerate(ranked_groups(groups))}
+        best = min(groups, key=lambda g: (-len({sources[m] for m in g.members}), order[id(g)]))
+        return sqls[best.first]
 
 
 def replay(records: Sequence[dict[str, Any]], examples: dict[str, Any]) -> dict[str, Any]:
@@ -93,19 +106,23 @@ def replay(records: Sequence[dict[str, Any]], examples: dict[str, Any]) -> dict[
             continue
         n += 1
         judge = Judge(example)
-        for subset, first, greedy_w in itertools.product(subsets, (False, True), (1.0, 2.0)):
+        modes = ("vote", "rules-first", "across", "across+rules-first")
+        for subset, mode, greedy_w in itertools.product(subsets, modes, (1.0, 2.0)):
             chosen = [c for c in cands if generator_of(c.get("origin")) in subset]
             if not chosen:
                 continue
+            first = mode.endswith("rules-first")
             sqls = [judge.fixed(c["sql"]) if first else c["sql"] for c in chosen]
             weights = [
                 greedy_w if str(c.get("origin")).endswith(":greedy") else 1.0 for c in chosen
             ]
-            winner = judge.fixed(judge.select(sqls, weights))
-            key = f"{','.join(subset)} | {'rules-first' if first else 'vote'} | greedy={greedy_w:g}"
+            sources = [generator_of(c.get("origin")) for c in chosen]
+            across = sources if mode.startswith("across") else None
+            winner = judge.fixed(judge.select(sqls, weights, across))
+            key = f"{','.join(subset)} | {mode} | greedy={greedy_w:g}"
             hits[key] = hits.get(key, 0) + judge.correct(winner)
-            if greedy_w == 1.0:
-                pool_key = f"{','.join(subset)} | {'rules-first' if first else 'vote'}"
+            if greedy_w == 1.0 and not mode.startswith("across"):
+                pool_key = f"{','.join(subset)} | {mode}"
                 oracle[pool_key] = oracle.get(pool_key, 0) + any(judge.correct(s) for s in sqls)
     pct = lambda v: round(100 * v / max(n, 1), 1)  # noqa: E731
     return {
@@ -133,7 +150,7 @@ def main() -> None:
     print(f"n = {result['n']}")
     print("| strategy (generators | selection | greedy weight) | EX | oracle |\n|---|---|---|")
     for key, ex in list(result["ex"].items())[: args.top]:
-        pool_key = key.rsplit(" | ", 1)[0]
+        pool_key = key.rsplit(" | ", 1)[0].replace("across+", "").replace("across", "vote")
         print(f"| {key} | {ex:.1f} | {result['oracle'].get(pool_key, float('nan')):.1f} |")
     print(f"\nwritten {out}")
 

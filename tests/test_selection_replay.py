@@ -45,3 +45,27 @@ def test_rules_first_repairs_candidates_before_the_vote(spider_root) -> None:
     # the greedy candidates weighing 2: LOWER (two greedy) 4 against OTHER 3, then repaired
     assert ex["direct,pet,sea | vote | greedy=2"] == 100.0
     assert result["oracle"]["direct | vote"] == 0.0 and result["oracle"]["sea | vote"] == 100.0
+
+
+def test_across_prefers_the_answer_most_generators_hold(spider_root) -> None:
+    example = SimpleNamespace(
+        question_id="q2",
+        db_id="concert_singer",
+        db_path=spider_root / "database" / "concert_singer" / "concert_singer.sqlite",
+        gold_sql=RIGHT,
+        source="spider",
+        semantics="official-spider",
+    )
+    record = {
+        "question_id": "q2",
+        "candidates": [
+            {"sql": OTHER, "origin": "direct:greedy"},
+            {"sql": OTHER, "origin": "direct:sampled"},
+            {"sql": OTHER, "origin": "direct:sampled"},
+            {"sql": RIGHT, "origin": "sea:greedy"},
+            {"sql": RIGHT, "origin": "pet:greedy"},
+        ],
+    }
+    ex = selection_replay.replay([record], {"q2": example})["ex"]
+    assert ex["direct,pet,sea | vote | greedy=1"] == 0.0  # three samples of one prompt
+    assert ex["direct,pet,sea | across | greedy=1"] == 100.0  # two prompts
