@@ -114,10 +114,29 @@ class SQLProgram(dspy.Module):
         database = narrow(database, question, evidence or "", mode=self.schema_filter)
         # Small local models need plain prompts; a user-configured adapter still wins.
         with use_default_adapter():
-            return self.answer(question=question, db=database, evidence=evidence or "")
+            pred = self.answer(question=question, db=database, evidence=evidence or "")
+        if getattr(database, "table_aliases", None):
+            # The view showed short table names: what the program returns runs on the database.
+            pred = _with_real_names(pred, database)
+        return pred
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         raise NotImplementedError
+
+
+def _with_real_names(pred: dspy.Prediction, db: Database) -> dspy.Prediction:
+    """``pred`` with its SQL and candidates written with ``db``'s real table names."""
+    from sqlweave.tablenames import to_real
+
+    def real(sql: Any) -> Any:
+        return to_real(sql, db.table_aliases, db.dialect) if isinstance(sql, str) else sql
+
+    if "sql" in pred:
+        pred.sql = real(pred.sql)
+    candidates = pred.get("candidates")
+    if isinstance(candidates, list | tuple):
+        pred.candidates = [real(c) for c in candidates]
+    return pred
 
 
 def _recording(init: Any) -> Any:

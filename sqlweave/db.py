@@ -50,6 +50,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from sqlweave.errors import SqlweaveError
+from sqlweave.tablenames import to_real
 
 logger = logging.getLogger(__name__)
 
@@ -980,6 +981,10 @@ class Database:
         self._running_ids = itertools.count()
         self._running_lock = threading.Lock()
         self._closes = 0
+        # A scoped view (sqlweave.schema_filter.scoped) may show tables under short names:
+        # short (lower-cased) -> real, applied to every query before it runs.
+        self.table_aliases: dict[str, str] | None = None
+        self.display_names: dict[str, str] | None = None
 
     def __repr__(self) -> str:
         return f"Database({self.name!r}, dialect={self.dialect!r})"
@@ -1155,6 +1160,8 @@ class Database:
         start = time.monotonic()
         deadline = start + timeout_s
         sql = sql.strip()
+        if self.table_aliases:
+            sql = to_real(sql, self.table_aliases, self.dialect)
         key = (sql, max_rows, max_bytes)
         if use_cache and (hit := self._cache.get(key)) is not None:
             return hit

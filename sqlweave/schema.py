@@ -30,6 +30,7 @@ from sqlalchemy import types as sat
 
 from sqlweave.caches import CACHE
 from sqlweave.db import Database, ExecutionError
+from sqlweave.tablenames import ddl_with_short_names
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +121,22 @@ class Schema:
         return [t.name for t in self.tables]
 
     # -- linked subsets ---------------------------------------------------------------------------
+
+    def renamed(self, names: Mapping[str, str]) -> Schema:
+        """The same schema with tables renamed (``names``: old name, lower-cased -> new name),
+        foreign keys following; names not in ``names`` stay."""
+
+        def new(name: str) -> str:
+            return names.get(name.lower(), name)
+
+        return replace(
+            self,
+            tables=[replace(t, name=new(t.name)) for t in self.tables],
+            foreign_keys=[
+                replace(fk, table=new(fk.table), ref_table=new(fk.ref_table))
+                for fk in self.foreign_keys
+            ],
+        )
 
     def subset(
         self,
@@ -255,7 +272,9 @@ def introspect(
             sample_rows=sample_rows,
             distinct_values=distinct_values,
         )
-        return whole.subset(tables=[t.name for t in whole.tables if t.name.lower() in visible])
+        view = whole.subset(tables=[t.name for t in whole.tables if t.name.lower() in visible])
+        display = getattr(db, "display_names", None)
+        return view.renamed(display) if display else view
     desc_dir = _description_dir(db, description_dir)
     key = (db.fingerprint, db.name, str(desc_dir), sample_rows, distinct_values)
     with _CACHE_LOCK:
@@ -283,6 +302,7 @@ def unscoped(db: Database) -> Database:
 
     whole = copy.copy(db)
     whole.visible_tables = None
+    whole.display_names = whole.table_aliases = None
     return whole
 
 
@@ -836,7 +856,10 @@ def native_ddl(db: Database, tables: Iterable[str] | None = None) -> str:
     ``tables`` (e.g. a linker's) keeps only theirs, matched without regard to case; a scoped
     view (:func:`sqlweave.schema_filter.scoped`) shows only its visible tables.
     """
-    keep = None if tables is None else {t.lower() for t in tables}
+    aliases = getattr(db, "table_aliases", None) or {}
+    display = getattr(db, "display_names", None) or {}
+    # ``tables`` may use a view's short names: compare real names (lower-cased)
+    keep = None if tables is None else {aliases.get(t.lower(), t).lower() for t in tables}
     visible = getattr(db, "visible_tables", None)
     if visible is not None:
         keep = set(visible) if keep is None else keep & visible
@@ -853,12 +876,14 @@ def native_ddl(db: Database, tables: Iterable[str] | None = None) -> str:
                 if keep is None or str(row[1]).lower() in keep
             ]
             if statements:
-                return "\n".join(statements)
+                text = "\n".join(statements)
+                return ddl_with_short_names(text, display) if display else text
         except ExecutionError:
             pass
     schema = introspect(db)
     if keep is not None:
-        schema = schema.subset(tables=[t.name for t in schema.tables if t.name.lower() in keep])
+        shown = {display.get(k, k).lower() for k in keep}
+        schema = schema.subset(tables=[t.name for t in schema.tables if t.name.lower() in shown])
     return render_ddl(schema, layout="pretty")
 
 

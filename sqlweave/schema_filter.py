@@ -39,6 +39,7 @@ from bm25s.stopwords import STOPWORDS_EN
 from sqlweave.caches import CACHE
 from sqlweave.db import Database
 from sqlweave.schema import Schema, Table
+from sqlweave.tablenames import short_names
 
 logger = logging.getLogger(__name__)
 
@@ -352,6 +353,8 @@ CHARS_PER_TOKEN = 3.0
 """Conservative: DDL measured 3.67 characters per token with Qwen2.5-Coder's tokenizer."""
 
 MODES = ("auto", "on", "off")
+SHORT_NAMES = True
+"""Show a narrowed view of one ``<namespace>__`` under short table names (:mod:`sqlweave.tablenames`)."""
 USE_EMBEDDINGS = True
 """Rank with the bundled sentence encoder too (when installed). Embedding a 1,000-table schema's
 documents takes about a minute on two cores, once per database and process; BM25 and values
@@ -367,10 +370,19 @@ def visible_tables(db: Database) -> frozenset[str] | None:
     return getattr(db, "visible_tables", None)
 
 
-def scoped(db: Database, tables: Iterable[str]) -> Database:
-    """A view of ``db`` whose schema readers show only ``tables`` (same connections and caches)."""
+def scoped(db: Database, tables: Iterable[str], *, short: bool = False) -> Database:
+    """A view of ``db`` whose schema readers show only ``tables`` (same connections and caches).
+
+    With ``short``, a view whose tables share one ``<namespace>__`` prefix shows them under their
+    short names (:mod:`sqlweave.tablenames`): ``table_aliases`` (short -> real, lower-cased keys)
+    maps SQL back before it runs, ``display_names`` (real -> short) renders the schema.
+    """
+    tables = list(tables)
     view = copy.copy(db)
     view.visible_tables = frozenset(t.lower() for t in tables)
+    names = short_names(tables) if short else {}
+    view.display_names = {real.lower(): s for real, s in names.items()} or None
+    view.table_aliases = {s.lower(): real for real, s in names.items()} or None
     return view
 
 
@@ -476,7 +488,7 @@ def narrow(
 
     kept = filter_schema(index, question, evidence, mentioned=mentioned, fit=fits)
     logger.debug("schema filter kept %d of %d tables", len(kept.tables), len(index.schema.tables))
-    return scoped(db, kept.tables)
+    return scoped(db, kept.tables, short=SHORT_NAMES)
 
 
 def clear_cache() -> None:

@@ -35,7 +35,7 @@ from bm25s.stopwords import STOPWORDS_EN
 
 from sqlweave.caches import CACHE
 from sqlweave.db import Database, ExecutionError
-from sqlweave.schema import introspect, quote
+from sqlweave.schema import introspect, quote, unscoped
 
 logger = logging.getLogger(__name__)
 
@@ -142,8 +142,12 @@ class ValueIndex:
 
         ``cache_dir`` defaults to :func:`default_cache_dir`; ``persist=False`` skips the disk.
         A cache written by another format version, for other arguments, or for another state of
-        the database (its fingerprint) is ignored and overwritten.
+        the database (its fingerprint) is ignored and overwritten. A scoped view
+        (:func:`sqlweave.schema_filter.scoped`) gets its database's index, real table names and
+        all: the index is cached per database, not per view.
         """
+        if getattr(db, "visible_tables", None) is not None:
+            db = unscoped(db)
         root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         params = {
             "max_values_per_column": max_values_per_column,

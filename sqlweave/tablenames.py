@@ -1,0 +1,78 @@
+"""Short table names for a narrowed view of a namespaced schema, and the way back.
+
+A database that holds several applications often namespaces its tables (``shop__orders``,
+``hr__employee``; our merged benchmark names them ``<db_id>__<table>``). When schema filtering
+narrows such a database to the tables of *one* namespace, the prefix says nothing the LM needs,
+and it costs: on the 59 spider-dev-200-merged questions whose view was exactly their own
+database's tables, the best program scored 35 with the prefixed names against 46 on the
+database itself. So a view of one namespace shows its tables under their short names, and SQL
+written with those names is mapped back before it runs (:func:`to_real`) and before a program
+returns it.
+
+Only a prefix ending in ``__`` shared by every table of the view is dropped (a single ``_`` is
+too often part of a name: ``student_course``), and only when the short names stay distinct.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+SEPARATOR = "__"
+
+
+def short_names(tables: Iterable[str]) -> dict[str, str]:
+    """``{real: short}`` for a view whose tables share one ``<namespace>__`` prefix, else ``{}``."""
+    names = list(tables)
+    if not names or any(SEPARATOR not in n for n in names):
+        return {}
+    prefixes = {n.split(SEPARATOR, 1)[0].lower() for n in names}
+    if len(prefixes) != 1:
+        return {}
+    short = {n: n.split(SEPARATOR, 1)[1] for n in names}
+    lowered = [s.lower() for s in short.values()]
+    if len(set(lowered)) != len(lowered) or not all(re.match(r"[A-Za-z_]", s) for s in lowered):
+        return {}
+    return short
+
+
+def to_real(sql: str, aliases: Mapping[str, str], dialect: str = "sqlite") -> str:
+    """``sql`` with every table named by a short name (``aliases``: short, lower-cased -> real)
+    renamed to its real name; an unaliased table keeps its short name as alias, so columns
+    qualified by it still resolve. SQL naming no short name, or that does not parse, comes back
+    unchanged (it then fails, or runs, as written)."""
+    if not aliases or not any(s in sql.lower() for s in aliases):
+        return sql
+    try:
+        trees = sqlglot.parse(sql, read=dialect)
+    except SqlglotError:
+        return sql
+    if len(trees) != 1 or trees[0] is None:
+        return sql
+    tree = trees[0]
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    changed = False
+    for table in list(tree.find_all(exp.Table)):
+        name = table.name.lower()
+        if table.args.get("db") or name in ctes or name not in aliases:
+            continue
+        if not table.alias:
+            table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
+        table.set("this", exp.to_identifier(aliases[name], quoted=True))
+        changed = True
+    return tree.sql(dialect=dialect) if changed else sql
+
+
+def ddl_with_short_names(ddl: str, display: Mapping[str, str]) -> str:
+    """CREATE TABLE text with each real table name (``display``: real, lower-cased -> short)
+    written as its short name, quoted or not."""
+    for real, short in display.items():
+        pattern = re.compile(
+            r"(?<![\w\"`\[])([\"`\[]?)" + re.escape(real) + r"([\"`\]]?)(?![\w])", re.IGNORECASE
+        )
+        ddl = pattern.sub(lambda m, s=short: f"{m.group(1)}{s}{m.group(2)}", ddl)
+    return ddl
