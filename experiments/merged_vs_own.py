@@ -2,7 +2,8 @@
 questions' own databases.
 
 For every ``<program>[__<config>]__<slice>-merged__<model>.jsonl`` in ``results/protocol`` whose
-own-database twin (``…__<slice>__<model>.jsonl``) exists, prints EX on both, the paired
+own-database twin (``…__<slice>__<model>.jsonl``; for a config ``<base>-<variant>`` with no twin of
+its own, e.g. ``compiled-search-rules-short``, the twin of ``<base>``) exists, prints EX on both, the paired
 difference with its interval and McNemar's p, the ratio of EX kept (the issue's target: the best
 program keeps >= 90% of its own EX), and prompt tokens per call on both (target: <= 1.5x).
 
@@ -30,13 +31,26 @@ def tokens_per_call(records: list[dict[str, Any]]) -> float:
     return tokens / calls if calls else 0.0
 
 
+def own_twin(merged: Path) -> Path | None:
+    """The run of the same program and switches on the questions' own databases (module doc)."""
+    own = merged.with_name(merged.name.replace("-merged__", "__"))
+    if own.exists():
+        return own
+    parts = own.name.split("__")
+    if len(parts) == 4 and "-" in parts[1]:  # program__config__slice__model.jsonl
+        parts[1] = parts[1].rsplit("-", 1)[0]
+        base = own.with_name("__".join(parts))
+        return base if base.exists() else None
+    return None
+
+
 def pairs() -> list[dict[str, Any]]:
     from sqlweave.evaluate import compare, read_records
 
     rows = []
     for merged in sorted(RESULTS.glob("*-merged__*.jsonl")):
-        own = merged.with_name(merged.name.replace("-merged__", "__"))
-        if not own.exists():
+        own = own_twin(merged)
+        if own is None:
             continue
         a, b = read_records(merged), read_records(own)
         cmp = compare(a, b)

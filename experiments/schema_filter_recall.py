@@ -29,7 +29,7 @@ from sqlglot import exp
 from sqlweave.data import load_slice
 from sqlweave.db import Database
 from sqlweave.schema import introspect, prompt_schema
-from sqlweave.schema_filter import SchemaIndex, filter_schema
+from sqlweave.schema_filter import SchemaIndex, filter_schema, scoped
 from sqlweave.values import ValueIndex
 
 RESULTS = Path(__file__).resolve().parent / "results" / "schema_filter"
@@ -145,6 +145,8 @@ def main() -> None:
                     "gold_columns_kept": sum(1 for t, _c in gold_c if t in kept_l),
                     "gold_columns_n": len(gold_c),
                     "tokens": tokens(prompt_schema(db, tables=kept.tables)),
+                    # as the program sees it: the scoped view, short names where they apply
+                    "view_tokens": tokens(prompt_schema(scoped(db, kept.tables, short=True))),
                     # Merged slices name tables "<db_id>__<table>": did the view hold only the
                     # question's own database, and all of it?
                     "own_db_only": all(t.startswith(own_prefix) for t in kept_l),
@@ -199,6 +201,10 @@ def _summary(rows: list[dict], per_q: list[float]) -> dict:
         "tokens_mean": round(statistics.mean(r["tokens"] for r in rows), 1),
         "own_tokens_mean": round(statistics.mean(r["own_tokens"] for r in rows), 1),
         "token_ratio_mean": round(statistics.mean(r["tokens"] / r["own_tokens"] for r in rows), 2),
+        "view_tokens_mean": round(statistics.mean(r["view_tokens"] for r in rows), 1),
+        "view_token_ratio_mean": round(
+            statistics.mean(r["view_tokens"] / r["own_tokens"] for r in rows), 2
+        ),
         "filter_ms_per_question": round(1000 * statistics.mean(per_q), 1),
     }
 
