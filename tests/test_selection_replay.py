@@ -14,15 +14,20 @@ LOWER = "SELECT count(*) FROM singer WHERE country = 'france'"
 OTHER = "SELECT count(*) FROM singer"
 
 
-def test_rules_first_repairs_candidates_before_the_vote(spider_root) -> None:
-    example = SimpleNamespace(
-        question_id="q1",
+def _question(spider_root, qid: str) -> SimpleNamespace:
+    """A concert_singer question whose gold is RIGHT."""
+    return SimpleNamespace(
+        question_id=qid,
         db_id="concert_singer",
         db_path=spider_root / "database" / "concert_singer" / "concert_singer.sqlite",
         gold_sql=RIGHT,
         source="spider",
         semantics="official-spider",
     )
+
+
+def test_rules_first_repairs_candidates_before_the_vote(spider_root) -> None:
+    example = _question(spider_root, "q1")
     record = {
         "question_id": "q1",
         "candidates": [
@@ -48,14 +53,7 @@ def test_rules_first_repairs_candidates_before_the_vote(spider_root) -> None:
 
 
 def test_across_prefers_the_answer_most_generators_hold(spider_root) -> None:
-    example = SimpleNamespace(
-        question_id="q2",
-        db_id="concert_singer",
-        db_path=spider_root / "database" / "concert_singer" / "concert_singer.sqlite",
-        gold_sql=RIGHT,
-        source="spider",
-        semantics="official-spider",
-    )
+    example = _question(spider_root, "q2")
     record = {
         "question_id": "q2",
         "candidates": [
