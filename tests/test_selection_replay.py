@@ -26,19 +26,21 @@ def _question(spider_root, qid: str) -> SimpleNamespace:
     )
 
 
+def _replay(spider_root, *candidates: tuple[str, str]) -> dict:
+    """The replay of one question's ``(sql, origin)`` candidates."""
+    record = {"question_id": "q", "candidates": [{"sql": s, "origin": o} for s, o in candidates]}
+    return selection_replay.replay([record], {"q": _question(spider_root, "q")})
+
+
 def test_rules_first_repairs_candidates_before_the_vote(spider_root) -> None:
-    example = _question(spider_root, "q1")
-    record = {
-        "question_id": "q1",
-        "candidates": [
-            {"sql": OTHER, "origin": "direct:greedy"},
-            {"sql": OTHER, "origin": "direct:sampled"},
-            {"sql": LOWER, "origin": "sea:greedy"},
-            {"sql": RIGHT, "origin": "sea:sampled"},
-            {"sql": LOWER, "origin": "pet:greedy"},
-        ],
-    }
-    result = selection_replay.replay([record], {"q1": example})
+    result = _replay(
+        spider_root,
+        (OTHER, "direct:greedy"),
+        (OTHER, "direct:sampled"),
+        (LOWER, "sea:greedy"),
+        (RIGHT, "sea:sampled"),
+        (LOWER, "pet:greedy"),
+    )
     assert result["n"] == 1 and result["generators"] == ["direct", "pet", "sea"]
     ex = result["ex"]
     # the plain vote: OTHER 2, LOWER 2 (a count of 0), RIGHT 1; the tie goes to the first, OTHER
@@ -53,17 +55,13 @@ def test_rules_first_repairs_candidates_before_the_vote(spider_root) -> None:
 
 
 def test_across_prefers_the_answer_most_generators_hold(spider_root) -> None:
-    example = _question(spider_root, "q2")
-    record = {
-        "question_id": "q2",
-        "candidates": [
-            {"sql": OTHER, "origin": "direct:greedy"},
-            {"sql": OTHER, "origin": "direct:sampled"},
-            {"sql": OTHER, "origin": "direct:sampled"},
-            {"sql": RIGHT, "origin": "sea:greedy"},
-            {"sql": RIGHT, "origin": "pet:greedy"},
-        ],
-    }
-    ex = selection_replay.replay([record], {"q2": example})["ex"]
+    ex = _replay(
+        spider_root,
+        (OTHER, "direct:greedy"),
+        (OTHER, "direct:sampled"),
+        (OTHER, "direct:sampled"),
+        (RIGHT, "sea:greedy"),
+        (RIGHT, "pet:greedy"),
+    )["ex"]
     assert ex["direct,pet,sea | vote | greedy=1"] == 0.0  # three samples of one prompt
     assert ex["direct,pet,sea | across | greedy=1"] == 100.0  # two prompts
