@@ -11,7 +11,7 @@ be switched to, each scored against the gold query with the benchmark's semantic
   fails on a misspelled column or a wrongly cased value joins the vote repaired);
 * ``across``: the answer held by the most *different generators* wins (the vote's weight breaks
   ties): agreement between prompts is stronger evidence than four samples of one prompt agreeing
-  (a strategy to test, not yet a selector of the program);
+  (``selector=across`` of the ``ensemble`` program);
 * each over every subset of the run's generators, with the greedy candidate weighted 1 or 2.
 
 It also reports each variant's oracle (some candidate of the pool right). It is a guide for
@@ -77,17 +77,13 @@ class Judge:
     def select(
         self, sqls: Sequence[str], weights: Sequence[float], sources: Sequence[str] | None = None
     ) -> str:
-        """The vote's winner; with ``sources``, the answer most generators hold (module doc)."""
-        from sqlweave.programs.voting import execution_groups, ranked_groups, vote
+        """The vote's winner; with ``sources``, the ``across`` selector's (module doc)."""
+        from sqlweave.programs.voting import AcrossSelector, vote
 
         if sources is None:
             return vote(list(sqls), self.db, list(weights), timeout_s=self.timeout_s).sql
-        groups, _ = execution_groups(list(sqls), self.db, list(weights), timeout_s=self.timeout_s)
-        if not groups:
-            return sqls[0]
-        order = {id(g): i for i, g in enumerate(ranked_groups(groups))}
-        best = min(groups, key=lambda g: (-len({sources[m] for m in g.members}), order[id(g)]))
-        return sqls[best.first]
+        pick = AcrossSelector(timeout_s=self.timeout_s)
+        return pick(candidates=list(sqls), db=self.db, weights=list(weights), sources=sources).sql
 
 
 def replay(records: Sequence[dict[str, Any]], examples: dict[str, Any]) -> dict[str, Any]:

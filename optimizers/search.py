@@ -130,7 +130,7 @@ DEFAULT_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
         "samples": (4, 2, 8),
         "weights": ("", "direct=2", "sea=2", "dubo_v1=2"),
         "greedy_weight": (1.0, 2.0),
-        "selector": ("vote", "runoff"),
+        "selector": ("vote", "runoff", "across"),
         "candidate_rules": (False, True),
     },
     "dubo_v2": {

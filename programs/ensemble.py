@@ -85,7 +85,8 @@ class EnsembleSQL(SQLProgram):
       ``greedy_weight`` (1.0) multiplies the weight of each generator's greedy candidate;
     * ``selector`` (``vote``): ``vote`` (the weighted execution vote), ``runoff`` (the vote, and
       the LM between the two leading answers when the runner-up has ``threshold`` of the
-      leader's weight), ``lm`` (the LM among every distinct answer), or any selector stage;
+      leader's weight), ``across`` (the answer the most generators hold, the weighted vote
+      breaking ties), ``lm`` (the LM among every distinct answer), or any selector stage;
     * ``threshold`` (0.5): the runoff's closeness;
     * ``corrector`` (``rules``): MageSQL's rules on the chosen SQL (no LM call), or any corrector;
     * ``candidate_rules`` (False): MageSQL's rules on *every* candidate as it is drawn, so one that
@@ -197,9 +198,11 @@ class EnsembleSQL(SQLProgram):
         pool = Candidates(sqls, outcomes)
         select_ask = {**ask, "db": db, "db_schema": schema_text}
         if len(sqls) > 1:
-            options = {} if self._plain_vote else {"weights": weights}
-            if not _takes_weights(self.selector):
+            options: dict[str, Any] = {} if self._plain_vote else {"weights": weights}
+            if not _takes(self.selector, "weights"):
                 options = {}
+            if _takes(self.selector, "sources"):
+                options["sources"] = [origin.split(":", 1)[0] for origin in origins]
             sql = ran("selector", self.selector, candidates=pool, **select_ask, **options).sql
         else:
             sql = sqls[0]
@@ -218,10 +221,11 @@ class EnsembleSQL(SQLProgram):
         )
 
 
-def _takes_weights(selector: Any) -> bool:
-    """Whether ``selector``'s forward accepts ``weights`` (the vote and the runoff do)."""
+def _takes(selector: Any, argument: str) -> bool:
+    """Whether ``selector``'s forward accepts ``argument`` (the vote, the runoff and across take
+    ``weights``; across takes ``sources``, each candidate's generator)."""
     try:
-        return "weights" in inspect.signature(type(selector).forward).parameters
+        return argument in inspect.signature(type(selector).forward).parameters
     except (TypeError, ValueError):
         return False
 

@@ -29,7 +29,8 @@ linker        ``none``; ``tables`` (PET-SQL: tables a draft reads); ``columns`` 
               (RSL-SQL: forward ∪ backward ∪ evidence)
 selector      ``first``; ``vote`` (PET-SQL's execution-majority vote); ``lm`` (RSL-SQL's
               selection, the LM chooses between executed candidates); ``runoff`` (the vote,
-              and the LM between the two leading answers when it is close)
+              and the LM between the two leading answers when it is close); ``across`` (the
+              answer the most different generators hold; the vote breaks ties)
 corrector     ``none``; ``execution`` (Dubo-SQL / RSL-SQL: fix while the SQL fails or returns
               nothing); ``rules`` (MageSQL's rule-based correction, no LM call); ``mage``
               (MageSQL's rules, then its guideline prompt on predicted-hard cases)
@@ -87,6 +88,7 @@ STAGES: dict[str, Registry] = {
         {
             "first": "sqlweave.programs.voting:FirstSelector",
             "vote": "sqlweave.programs.voting:VoteSelector",
+            "across": "sqlweave.programs.voting:AcrossSelector",
             "lm": "sqlweave.programs.selection:CandidateSelector",
             "runoff": "sqlweave.programs.selection:RunoffSelector",
         },

@@ -453,6 +453,52 @@ class VoteSelector(dspy.Module):
         )
 
 
+class AcrossSelector(dspy.Module):
+    """The ``across`` selector: the answer held by the most *different* sources (generators,
+    prompts) wins; the vote's order (weight, non-empty, earliest) breaks ties. No LM call.
+
+    Several samples of one prompt agreeing are weaker evidence than two prompts agreeing: a
+    prompt's samples share its misreadings. Without ``sources`` every candidate is its own
+    source, and this is the plain vote. It needs every candidate (a settled vote can still be
+    overturned across sources), so a sampler feeding it must not stop early.
+    """
+
+    def __init__(self, timeout_s: float = FEEDBACK_TIMEOUT_S) -> None:
+        super().__init__()
+        self.timeout_s = timeout_s
+
+    def forward(
+        self,
+        candidates: Sequence[str],
+        db: Database | str | Path,
+        question: str = "",
+        evidence: str = "",
+        db_schema: str | None = None,
+        weights: Sequence[float] | None = None,
+        sources: Sequence[str] | None = None,
+    ) -> dspy.Prediction:
+        if not candidates:
+            raise ValueError("a selector needs at least one candidate")
+        cands = list(candidates)
+        if sources is not None and len(sources) != len(cands):
+            raise ValueError(f"{len(sources)} sources for {len(cands)} candidates")
+        known = candidates.outcomes if isinstance(candidates, Candidates) else None
+        groups, outcomes = execution_groups(
+            cands, resolve_database(db), weights, timeout_s=self.timeout_s, known=known
+        )
+        total = float(len(cands)) if weights is None else float(sum(weights))
+        if not groups:
+            result = VoteResult(cands[0], [], 0, 0.0, total, outcomes)
+        else:
+            origin = list(sources) if sources is not None else [str(i) for i in range(len(cands))]
+            order = {id(g): i for i, g in enumerate(ranked_groups(groups))}
+            best = min(groups, key=lambda g: (-len({origin[m] for m in g.members}), order[id(g)]))
+            result = VoteResult(cands[best.first], groups, best.first, best.weight, total, outcomes)
+        return dspy.Prediction(
+            sql=result.sql, choice=result.winner_index + 1, lm_called=False, vote=result
+        )
+
+
 class FirstSelector(dspy.Module):
     """The ``first`` selector: the first non-empty candidate, unexecuted (a single-answer
     pipeline's choice; the selector protocol of :mod:`sqlweave.programs.stages`)."""

@@ -118,6 +118,21 @@ def test_candidate_rules_repair_every_candidate_before_the_vote(db) -> None:
     assert mended.switches["candidate_rules"] is True
 
 
+def test_across_picks_what_most_generators_agree_on(db) -> None:
+    # direct's two candidates agree on OTHER; sea and pet each say RIGHT once
+    answers = [{"sql": OTHER}, {"sql": OTHER}, {"sql": RIGHT}, {"sql": BROKEN}]
+    answers += [{"sql": RIGHT}, {"sql": BROKEN}]
+    voted = EnsembleSQL(generators="direct,sea,pet", samples=2, corrector="none", early_stop=False)
+    with dspy.context(lm=DummyLM(answers)):
+        assert voted(question=QUESTION, db=db).sql == OTHER  # 2 against 2: the first
+    across = EnsembleSQL(
+        generators="direct,sea,pet", samples=2, corrector="none", selector="across"
+    )
+    with dspy.context(lm=DummyLM(answers)):
+        pred = across(question=QUESTION, db=db)
+    assert pred.sql == RIGHT and pred.drawn == ["direct", "sea", "pet"]  # no early stop
+
+
 def test_runoff_asks_the_lm_only_when_the_vote_is_close(db) -> None:
     close = [OTHER, RIGHT, RIGHT, OTHER, RIGHT]
     lm = DummyLM([{"choice": "2"}])
