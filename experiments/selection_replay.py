@@ -86,8 +86,30 @@ class Judge:
         return pick(candidates=list(sqls), db=self.db, weights=list(weights), sources=sources).sql
 
 
-def replay(records: Sequence[dict[str, Any]], examples: dict[str, Any]) -> dict[str, Any]:
-    """EX and oracle (percent) of every strategy (module doc) over ``records``."""
+def first_per_generator(
+    candidates: Sequence[dict[str, Any]], k: int | None
+) -> list[dict[str, Any]]:
+    """The first ``k`` candidates of each generator (greedy first, as drawn): what the program
+    with ``samples=k`` would have drawn; all of them when ``k`` is None."""
+    if k is None:
+        return list(candidates)
+    seen: dict[str, int] = {}
+    kept = []
+    for cand in candidates:
+        name = generator_of(cand.get("origin"))
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] <= k:
+            kept.append(cand)
+    return kept
+
+
+def replay(
+    records: Sequence[dict[str, Any]],
+    examples: dict[str, Any],
+    samples: Sequence[int | None] = (None,),
+) -> dict[str, Any]:
+    """EX and oracle (percent) of every strategy (module doc) over ``records``; ``samples``
+    replays the pool as if each generator had drawn only that many (None: all recorded)."""
     names = sorted(
         {generator_of(c.get("origin")) for r in records for c in r.get("candidates") or []}
     )
@@ -103,8 +125,9 @@ def replay(records: Sequence[dict[str, Any]], examples: dict[str, Any]) -> dict[
         n += 1
         judge = Judge(example)
         modes = ("vote", "rules-first", "across", "across+rules-first")
-        for subset, mode, greedy_w in itertools.product(subsets, modes, (1.0, 2.0)):
-            chosen = [c for c in cands if generator_of(c.get("origin")) in subset]
+        for k, subset, mode, greedy_w in itertools.product(samples, subsets, modes, (1.0, 2.0)):
+            drawn = first_per_generator(cands, k)
+            chosen = [c for c in drawn if generator_of(c.get("origin")) in subset]
             if not chosen:
                 continue
             first = mode.endswith("rules-first")
@@ -115,10 +138,11 @@ def replay(records: Sequence[dict[str, Any]], examples: dict[str, Any]) -> dict[
             sources = [generator_of(c.get("origin")) for c in chosen]
             across = sources if mode.startswith("across") else None
             winner = judge.fixed(judge.select(sqls, weights, across))
-            key = f"{','.join(subset)} | {mode} | greedy={greedy_w:g}"
+            size = "" if k is None else f" | samples={k}"
+            key = f"{','.join(subset)} | {mode} | greedy={greedy_w:g}{size}"
             hits[key] = hits.get(key, 0) + judge.correct(winner)
             if greedy_w == 1.0 and not mode.startswith("across"):
-                pool_key = f"{','.join(subset)} | {mode}"
+                pool_key = f"{','.join(subset)} | {mode}{size}"
                 oracle[pool_key] = oracle.get(pool_key, 0) + any(judge.correct(s) for s in sqls)
     pct = lambda v: round(100 * v / max(n, 1), 1)  # noqa: E731
     return {
@@ -134,19 +158,27 @@ def main() -> None:
     parser.add_argument("records", type=Path, help="a run's JSONL with candidates on record")
     parser.add_argument("--slice", required=True, help="the slice the run asked (for databases)")
     parser.add_argument("--top", type=int, default=15, help="strategies to print")
+    parser.add_argument(
+        "--samples",
+        default="",
+        help="comma-separated candidates per generator to replay as well (e.g. 1,2)",
+    )
     args = parser.parse_args()
     from sqlweave.data import load_slice
     from sqlweave.evaluate import read_records
 
     examples = {str(ex.question_id): ex for ex in load_slice(args.slice)}
-    result = replay(read_records(args.records), examples)
+    sizes = [None, *(int(k) for k in args.samples.split(",") if k)]
+    result = replay(read_records(args.records), examples, sizes)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / (args.records.name.removesuffix(".jsonl") + ".replay.json")
     out.write_text(json.dumps({"records": args.records.name, **result}, indent=1) + "\n")
     print(f"n = {result['n']}")
     print("| strategy (generators | selection | greedy weight) | EX | oracle |\n|---|---|---|")
     for key, ex in list(result["ex"].items())[: args.top]:
-        pool_key = key.rsplit(" | ", 1)[0].replace("across+", "").replace("across", "vote")
+        parts = key.split(" | ")
+        pool_key = " | ".join([parts[0], parts[1], *parts[3:]])
+        pool_key = pool_key.replace("across+", "").replace("across", "vote")
         print(f"| {key} | {ex:.1f} | {result['oracle'].get(pool_key, float('nan')):.1f} |")
     print(f"\nwritten {out}")
 

@@ -65,3 +65,22 @@ def test_across_prefers_the_answer_most_generators_hold(spider_root) -> None:
     )["ex"]
     assert ex["direct,pet,sea | vote | greedy=1"] == 0.0  # three samples of one prompt
     assert ex["direct,pet,sea | across | greedy=1"] == 100.0  # two prompts
+
+
+def test_fewer_samples_per_generator_are_replayed_from_the_first_drawn(spider_root) -> None:
+    cands = [{"origin": o} for o in ("a:greedy", "a:sampled", "a:sampled", "b:greedy", "b:sampled")]
+    kept = selection_replay.first_per_generator(cands, 1)
+    assert [c["origin"] for c in kept] == ["a:greedy", "b:greedy"]
+    assert selection_replay.first_per_generator(cands, None) == cands
+    record = {
+        "question_id": "q",
+        "candidates": [
+            {"sql": OTHER, "origin": "direct:greedy"},
+            {"sql": RIGHT, "origin": "direct:sampled"},
+            {"sql": RIGHT, "origin": "direct:sampled"},
+        ],
+    }
+    result = selection_replay.replay([record], {"q": _question(spider_root, "q")}, [None, 1])
+    assert result["ex"]["direct | vote | greedy=1"] == 100.0
+    assert result["ex"]["direct | vote | greedy=1 | samples=1"] == 0.0
+    assert result["oracle"]["direct | vote | samples=1"] == 0.0
