@@ -14,7 +14,9 @@ be switched to, each scored against the gold query with the benchmark's semantic
   (``selector=across`` of the ``ensemble`` program);
 * each over every subset of the run's generators, with the greedy candidate weighted 1 or 2.
 
-It also reports each variant's oracle (some candidate of the pool right). It is a guide for
+It also reports each variant's oracle: some candidate of the pool right once MageSQL's rules
+have repaired it (the program repairs whichever candidate wins, so that is what selection can
+reach). It is a guide for
 choosing switches on a validation slice (``spider-train-val``), never a result: a choice is
 confirmed by running the program on the slice we report.
 
@@ -143,7 +145,9 @@ def replay(
             hits[key] = hits.get(key, 0) + judge.correct(winner)
             if greedy_w == 1.0 and not mode.startswith("across"):
                 pool_key = f"{','.join(subset)} | {mode}{size}"
-                oracle[pool_key] = oracle.get(pool_key, 0) + any(judge.correct(s) for s in sqls)
+                oracle[pool_key] = oracle.get(pool_key, 0) + any(
+                    judge.correct(judge.fixed(s)) for s in sqls
+                )
     pct = lambda v: round(100 * v / max(n, 1), 1)  # noqa: E731
     return {
         "n": n,
