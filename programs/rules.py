@@ -104,7 +104,7 @@ class RuleContext:
         if self.value_index is None and self.db is not None and not self._built:
             self._built = True
             self.value_index = ValueIndex.build(self.db)
-            if self.db.table_aliases:
+            if getattr(self.db, "table_aliases", None):
                 # The index holds the real table names; the SQL, a view's short ones.
                 self.value_index = _ShortNameValues(self.value_index, self.db.table_aliases)  # type: ignore[assignment]
         return self.value_index
@@ -665,7 +665,7 @@ def apply_rules(
     tree = _parse(sql, dialect)
     if tree is None:
         return RuleResult(sql, [], sql)
-    if value_index is not None and db is not None and db.table_aliases:
+    if value_index is not None and db is not None and getattr(db, "table_aliases", None):
         value_index = _ShortNameValues(value_index, db.table_aliases)  # type: ignore[assignment]
     ctx = RuleContext(schema=schema, value_index=value_index, dialect=dialect, db=db)
     fired: list[str] = []

@@ -1160,8 +1160,9 @@ class Database:
         start = time.monotonic()
         deadline = start + timeout_s
         sql = sql.strip()
-        if self.table_aliases:
-            sql = to_real(sql, self.table_aliases, self.dialect)
+        aliases = getattr(self, "table_aliases", None)
+        if aliases:
+            sql = to_real(sql, aliases, self.dialect)
         key = (sql, max_rows, max_bytes)
         if use_cache and (hit := self._cache.get(key)) is not None:
             return hit
