@@ -47,7 +47,6 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -104,26 +103,7 @@ class RuleContext:
         if self.value_index is None and self.db is not None and not self._built:
             self._built = True
             self.value_index = ValueIndex.build(self.db)
-            if getattr(self.db, "table_aliases", None):
-                # The index holds the real table names; the SQL, a view's short ones.
-                self.value_index = _ShortNameValues(self.value_index, self.db.table_aliases)  # type: ignore[assignment]
         return self.value_index
-
-
-class _ShortNameValues:
-    """A value index read through a view's short table names (only what the rules use)."""
-
-    def __init__(self, index: ValueIndex, aliases: dict[str, str]) -> None:
-        self.index, self.aliases = index, aliases
-
-    def _real(self, table: str | None) -> str | None:
-        return None if table is None else self.aliases.get(table.lower(), table)
-
-    def values(self, table: str, column: str) -> list[str]:
-        return self.index.values(self._real(table) or table, column)
-
-    def match(self, value: str, table: str | None = None, column: str | None = None, **kw: Any):
-        return self.index.match(value, self._real(table), column, **kw)
 
 
 @dataclass(frozen=True)
@@ -665,8 +645,6 @@ def apply_rules(
     tree = _parse(sql, dialect)
     if tree is None:
         return RuleResult(sql, [], sql)
-    if value_index is not None and db is not None and getattr(db, "table_aliases", None):
-        value_index = _ShortNameValues(value_index, db.table_aliases)  # type: ignore[assignment]
     ctx = RuleContext(schema=schema, value_index=value_index, dialect=dialect, db=db)
     fired: list[str] = []
     for rule in rules:

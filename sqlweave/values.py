@@ -15,6 +15,7 @@ JSON and ``.npy`` files (bm25s' own, loaded with ``allow_pickle=False``), rebuil
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import logging
@@ -24,7 +25,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,14 @@ class ValueIndex:
         self._phrases: dict[tuple[str, ...], list[int]] | None = None
         self._lower: dict[int, dict[str, list[str]]] = {}
 
+    def renamed(self, tables: Mapping[str, str]) -> ValueIndex:
+        """The same index with tables renamed (``tables``: name, lower-cased -> new name), for a
+        view that shows short table names; values, BM25 and caches are shared."""
+        twin = copy.copy(self)
+        twin.columns = [(tables.get(t.lower(), t), c) for t, c in self.columns]
+        twin._col_of = {(t.lower(), c.lower()): i for i, (t, c) in enumerate(twin.columns)}
+        return twin
+
     def __repr__(self) -> str:
         return (
             f"ValueIndex({self.db_id!r}, columns={len(self.columns)}, "
@@ -143,11 +152,19 @@ class ValueIndex:
         ``cache_dir`` defaults to :func:`default_cache_dir`; ``persist=False`` skips the disk.
         A cache written by another format version, for other arguments, or for another state of
         the database (its fingerprint) is ignored and overwritten. A scoped view
-        (:func:`sqlweave.schema_filter.scoped`) gets its database's index, real table names and
-        all: the index is cached per database, not per view.
+        (:func:`sqlweave.schema_filter.scoped`) gets its database's index (cached per database,
+        not per view), read through the view's short table names when it shows them.
         """
         if getattr(db, "visible_tables", None) is not None:
-            db = unscoped(db)
+            display = getattr(db, "display_names", None)
+            whole = cls.build(
+                unscoped(db),
+                max_values_per_column=max_values_per_column,
+                max_value_chars=max_value_chars,
+                cache_dir=cache_dir,
+                persist=persist,
+            )
+            return whole.renamed(display) if display else whole
         root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         params = {
             "max_values_per_column": max_values_per_column,

@@ -127,3 +127,16 @@ def test_every_program_returns_real_names_from_a_short_named_view(namespaced, pr
     assert "shop__orders" in out.sql
     assert Database.open(namespaced).execute(out.sql).rows == ((3,),)
     assert all("CREATE TABLE shop__" not in str(call["messages"]) for call in lm.history)
+
+
+def test_stored_values_are_named_by_the_view_s_short_tables(namespaced):
+    from sqlweave.values import ValueIndex
+
+    db = Database.open(namespaced)
+    view = scoped(db, SHOP, short=True)
+    assert ("customer", "city", "Paris") in ValueIndex.build(view).mentioned("Who lives in Paris?")
+    assert ("shop__customer", "city", "Paris") in ValueIndex.build(db).mentioned("in Paris?")
+    # so a linker that keeps the tables holding a named value keeps the short-named one
+    linker = get("direct", linker="values").linker
+    out = linker(question="Which customers live in Paris?", schema=introspect(view), db=view)
+    assert [t.name for t in out.schema.tables] == ["customer"]
