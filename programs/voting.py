@@ -453,21 +453,18 @@ class VoteSelector(dspy.Module):
         )
 
 
-class AcrossSelector(dspy.Module):
+class AcrossSelector(VoteSelector):
     """The ``across`` selector: the answer held by the most *different* sources (generators,
     prompts) wins; the vote's order (weight, non-empty, earliest) breaks ties. No LM call.
 
     Several samples of one prompt agreeing are weaker evidence than two prompts agreeing: a
     prompt's samples share its misreadings. Without ``sources`` every candidate is its own
     source, and this is the plain vote. It needs every candidate (a settled vote can still be
-    overturned across sources), so a sampler feeding it must not stop early.
+    overturned across sources), so a sampler feeding it must not stop early (``settle_for``
+    settles only the plain :class:`VoteSelector`).
     """
 
-    def __init__(self, timeout_s: float = FEEDBACK_TIMEOUT_S) -> None:
-        super().__init__()
-        self.timeout_s = timeout_s
-
-    def forward(
+    def forward(  # type: ignore[override]
         self,
         candidates: Sequence[str],
         db: Database | str | Path,
