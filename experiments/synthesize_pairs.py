@@ -52,6 +52,7 @@ def main() -> None:
         wall, cpu = time.perf_counter(), time.process_time()
         before = len(out.read_text().splitlines()) if out.is_file() else 0
         pairs = synthesize(path, args.n, out=out, check=not args.no_check)
+        portable(out)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         tried = [
             json.loads(x) for x in out.with_name(out.name + ".tried.jsonl").read_text().splitlines()
@@ -79,6 +80,19 @@ def main() -> None:
             f"{entry['wall_s_per_pair']} s wall / {entry['cpu_s_per_pair']} s CPU per pair"
         )
         summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+
+
+def portable(path: Path) -> None:
+    """Drop each pair's ``db_path`` (this machine's path to the database): the ``db_id`` names a
+    bundled benchmark database, which ``load_questions`` finds by id, so the committed file reads
+    the same on any checkout. A resumed run only counts the pairs already there."""
+    pairs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    path.write_text(
+        "".join(
+            json.dumps({k: v for k, v in pair.items() if k != "db_path"}, ensure_ascii=False) + "\n"
+            for pair in pairs
+        )
+    )
 
 
 if __name__ == "__main__":
