@@ -26,7 +26,9 @@ RESULTS = Path(__file__).resolve().parent / "results" / "ensemble"
 
 
 def generator_of(candidate: dict[str, Any]) -> str:
-    return str(candidate.get("origin") or "?").split(":", 1)[0]
+    from sqlweave.programs.voting import origin_generator
+
+    return origin_generator(candidate.get("origin"))
 
 
 def replay_vote(

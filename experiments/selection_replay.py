@@ -34,11 +34,9 @@ from typing import Any
 
 from tqdm import tqdm
 
+from sqlweave.programs.voting import origin_generator
+
 RESULTS = Path(__file__).resolve().parent / "results" / "ensemble"
-
-
-def generator_of(origin: str | None) -> str:
-    return str(origin or "?").split(":", 1)[0]
 
 
 class Judge:
@@ -98,7 +96,7 @@ def first_per_generator(
     seen: dict[str, int] = {}
     kept = []
     for cand in candidates:
-        name = generator_of(cand.get("origin"))
+        name = origin_generator(cand.get("origin"))
         seen[name] = seen.get(name, 0) + 1
         if seen[name] <= k:
             kept.append(cand)
@@ -113,7 +111,7 @@ def replay(
     """EX and oracle (percent) of every strategy (module doc) over ``records``; ``samples``
     replays the pool as if each generator had drawn only that many (None: all recorded)."""
     names = sorted(
-        {generator_of(c.get("origin")) for r in records for c in r.get("candidates") or []}
+        {origin_generator(c.get("origin")) for r in records for c in r.get("candidates") or []}
     )
     subsets = [s for k in range(1, len(names) + 1) for s in itertools.combinations(names, k)]
     hits: dict[str, int] = {}
@@ -129,7 +127,7 @@ def replay(
         modes = ("vote", "rules-first", "across", "across+rules-first")
         for k, subset, mode, greedy_w in itertools.product(samples, subsets, modes, (1.0, 2.0)):
             drawn = first_per_generator(cands, k)
-            chosen = [c for c in drawn if generator_of(c.get("origin")) in subset]
+            chosen = [c for c in drawn if origin_generator(c.get("origin")) in subset]
             if not chosen:
                 continue
             first = mode.endswith("rules-first")
@@ -137,7 +135,7 @@ def replay(
             weights = [
                 greedy_w if str(c.get("origin")).endswith(":greedy") else 1.0 for c in chosen
             ]
-            sources = [generator_of(c.get("origin")) for c in chosen]
+            sources = [origin_generator(c.get("origin")) for c in chosen]
             across = sources if mode.startswith("across") else None
             winner = judge.fixed(judge.select(sqls, weights, across))
             size = "" if k is None else f" | samples={k}"

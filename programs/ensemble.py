@@ -30,6 +30,7 @@ from sqlweave.programs.voting import (
     VoteSelector,
     VoteTally,
     group_outcomes,
+    origin_generator,
     sampled_origins,
 )
 
@@ -202,7 +203,7 @@ class EnsembleSQL(SQLProgram):
             if not _takes(self.selector, "weights"):
                 options = {}
             if _takes(self.selector, "sources"):
-                options["sources"] = [origin.split(":", 1)[0] for origin in origins]
+                options["sources"] = [origin_generator(origin) for origin in origins]
             sql = ran("selector", self.selector, candidates=pool, **select_ask, **options).sql
         else:
             sql = sqls[0]

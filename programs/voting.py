@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -458,10 +458,9 @@ class AcrossSelector(VoteSelector):
     prompts) wins; the vote's order (weight, non-empty, earliest) breaks ties. No LM call.
 
     Several samples of one prompt agreeing are weaker evidence than two prompts agreeing: a
-    prompt's samples share its misreadings. Without ``sources`` every candidate is its own
-    source, and this is the plain vote. It needs every candidate (a settled vote can still be
-    overturned across sources), so a sampler feeding it must not stop early (``settle_for``
-    settles only the plain :class:`VoteSelector`).
+    prompt's samples share its misreadings. Without ``sources`` it is the (weighted) vote. It
+    needs every candidate (a settled vote can still be overturned across sources), so a sampler
+    feeding it must not stop early (``settle_for`` settles only the plain :class:`VoteSelector`).
     """
 
     def forward(  # type: ignore[override]
@@ -474,26 +473,20 @@ class AcrossSelector(VoteSelector):
         weights: Sequence[float] | None = None,
         sources: Sequence[str] | None = None,
     ) -> dspy.Prediction:
-        if not candidates:
-            raise ValueError("a selector needs at least one candidate")
-        cands = list(candidates)
-        if sources is not None and len(sources) != len(cands):
-            raise ValueError(f"{len(sources)} sources for {len(cands)} candidates")
-        known = candidates.outcomes if isinstance(candidates, Candidates) else None
-        groups, outcomes = execution_groups(
-            cands, resolve_database(db), weights, timeout_s=self.timeout_s, known=known
+        if sources is not None and len(sources) != len(candidates):
+            raise ValueError(f"{len(sources)} sources for {len(candidates)} candidates")
+        voted = super().forward(candidates, db, question, evidence, db_schema, weights)
+        result: VoteResult = voted.vote
+        if sources is None or not result.groups:
+            return voted
+        # The vote's order first, so the first of equally many sources is the vote's choice.
+        best = min(
+            ranked_groups(result.groups), key=lambda g: -len({sources[m] for m in g.members})
         )
-        total = float(len(cands)) if weights is None else float(sum(weights))
-        if not groups:
-            result = VoteResult(cands[0], [], 0, 0.0, total, outcomes)
-        else:
-            origin = list(sources) if sources is not None else [str(i) for i in range(len(cands))]
-            order = {id(g): i for i, g in enumerate(ranked_groups(groups))}
-            best = min(groups, key=lambda g: (-len({origin[m] for m in g.members}), order[id(g)]))
-            result = VoteResult(cands[best.first], groups, best.first, best.weight, total, outcomes)
-        return dspy.Prediction(
-            sql=result.sql, choice=result.winner_index + 1, lm_called=False, vote=result
+        result = replace(
+            result, sql=list(candidates)[best.first], winner_index=best.first, support=best.weight
         )
+        return dspy.Prediction(sql=result.sql, choice=best.first + 1, lm_called=False, vote=result)
 
 
 class FirstSelector(dspy.Module):
@@ -530,6 +523,12 @@ def sampled_origins(generator: str, n: int, greedy_first: bool = True) -> list[s
     contract's ``candidate_origins``): ``"<generator>:greedy"`` for the first with
     ``greedy_first``, ``"<generator>:sampled"`` for the others."""
     return [f"{generator}:{'greedy' if i == 0 and greedy_first else 'sampled'}" for i in range(n)]
+
+
+def origin_generator(origin: str | None) -> str:
+    """The generator an origin of :func:`sampled_origins` names (``"sea:greedy"`` -> ``"sea"``);
+    ``"?"`` for a candidate recorded without one."""
+    return str(origin or "?").split(":", 1)[0]
 
 
 def settle_for(selector: Any) -> dict[str, Any]:
