@@ -117,13 +117,21 @@ class ValueIndex:
         self._lock = threading.Lock()
         self._phrases: dict[tuple[str, ...], list[int]] | None = None
         self._lower: dict[int, dict[str, list[str]]] = {}
+        self._renamed: dict[tuple[tuple[str, str], ...], ValueIndex] = {}
 
     def renamed(self, tables: Mapping[str, str]) -> ValueIndex:
         """The same index with tables renamed (``tables``: name, lower-cased -> new name), for a
-        view that shows short table names; values, BM25 and caches are shared."""
-        twin = copy.copy(self)
-        twin.columns = [(tables.get(t.lower(), t), c) for t, c in self.columns]
-        twin._col_of = {(t.lower(), c.lower()): i for i, (t, c) in enumerate(twin.columns)}
+        view that shows short table names; values, BM25 and caches are shared. Made once per
+        renaming: every stage of every question on that view asks for it."""
+        key = tuple(sorted(tables.items()))
+        with self._lock:
+            twin = self._renamed.get(key)
+            if twin is None:
+                twin = copy.copy(self)
+                twin.columns = [(tables.get(t.lower(), t), c) for t, c in self.columns]
+                twin._col_of = {(t.lower(), c.lower()): i for i, (t, c) in enumerate(twin.columns)}
+                twin._renamed = {}
+                self._renamed[key] = twin
         return twin
 
     def __repr__(self) -> str:
