@@ -128,6 +128,11 @@ class SchemaIndex:
         self._encoder = encoder
         self._table_vecs = encoder.encode(table_docs) if encoder is not None else None
         self._column_vecs = encoder.encode(column_docs) if encoder is not None else None
+        #: Foreign-key neighbours of each table, and the connected component each belongs to.
+        self.graph = _fk_neighbours(schema)
+        self.component_of = {
+            t: i for i, part in enumerate(_components(self.graph, schema.table_names)) for t in part
+        }
 
     def table_scores(self, query: str) -> np.ndarray:
         """One fused score per table (higher is more related)."""
@@ -224,7 +229,7 @@ def _components(graph: dict[str, set[str]], names: Sequence[str]) -> list[list[s
 
 
 def _dominant_component(
-    graph: dict[str, set[str]],
+    part_of: dict[str, int],
     names: Sequence[str],
     kept: Sequence[str],
     score_of: dict[str, float],
@@ -234,7 +239,6 @@ def _dominant_component(
     """The whole component holding ``share`` of ``kept``'s score, best first, if it is small."""
     if largest < 2 or not kept:
         return []
-    part_of = {t: i for i, part in enumerate(_components(graph, names)) for t in part}
     weight: dict[int, float] = defaultdict(float)
     for t in kept:
         weight[part_of[t]] += max(score_of[t], 0.0)
@@ -297,7 +301,7 @@ def filter_schema(
         value_scores[i] += len(value)
         pinned.append((names[i], column))
     own = index.table_scores(query) + value_weight * _rrf(value_scores)
-    graph = _fk_neighbours(schema)
+    graph = index.graph
     # A table joined to a related table is related too: "customers with the most invoices" names
     # customers, and invoices (joined to them) must come along, not another database's orders.
     position = {n: i for i, n in enumerate(names)}
@@ -324,7 +328,9 @@ def filter_schema(
         for t in [*bridge, name]:
             if t not in kept:
                 kept.append(t)
-    whole = _dominant_component(graph, names, kept, score_of, whole_component, component_share)
+    whole = _dominant_component(
+        index.component_of, names, kept, score_of, whole_component, component_share
+    )
     if whole:
         subset = schema.subset(tables=whole)
         if fit is None or fit(subset):
