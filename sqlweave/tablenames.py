@@ -45,7 +45,8 @@ def to_real(sql: str, aliases: Mapping[str, str], dialect: str = "sqlite") -> st
     renamed to its real name; an unaliased table keeps its short name as alias, so columns
     qualified by it still resolve. SQL naming no short name, or that does not parse, comes back
     unchanged (it then fails, or runs, as written)."""
-    if not aliases or not any(s in sql.lower() for s in aliases):
+    lowered = sql.lower()
+    if not aliases or not any(s in lowered for s in aliases):
         return sql
     try:
         trees = sqlglot.parse(sql, read=dialect)
