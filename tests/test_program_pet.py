@@ -538,7 +538,9 @@ def test_every_selector(concert: Database, name: str) -> None:
     for pred in run_questions(program, concert):
         assert pred.stages[-1] == "selector"
         assert pred.sql in pred.candidates and len(pred.candidates) == len(pred.sources) == 4
-        assert (pred.vote is not None) == (name in ("vote", "runoff", "across"))  # runoff votes first
+        assert (pred.vote is not None) == (
+            name in ("vote", "runoff", "across")
+        )  # runoff votes first
 
 
 @pytest.mark.parametrize("name", stages.available("corrector"))
