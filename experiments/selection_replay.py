@@ -14,6 +14,11 @@ be switched to, each scored against the gold query with the benchmark's semantic
   (``selector=across`` of the ``ensemble`` program);
 * each over every subset of the run's generators, with the greedy candidate weighted 1 or 2.
 
+With ``--runoff`` it also replays the ``runoff`` selector, which does call the LM: the vote, and
+when the runner-up holds ``threshold`` of the leader's weight, the LM chooses between the two
+leading answers shown with their results (CHASE-SQL's pairwise choice). That costs one call per
+close question, so it runs only on the best few vote strategies (``--runoff-top``).
+
 It also reports each variant's oracle: some candidate of the pool right once MageSQL's rules
 have repaired it (the program repairs whichever candidate wins, so that is what selection can
 reach). It is a guide for
@@ -155,6 +160,83 @@ def replay(
     }
 
 
+def strategy_of(key: str) -> tuple[tuple[str, ...], int | None, float]:
+    """``(generators, samples, greedy weight)`` of a replay key such as
+    ``"dubo_v1,sea | vote | greedy=2 | samples=2"``."""
+    parts = key.split(" | ")
+    samples = next((int(p.split("=")[1]) for p in parts if p.startswith("samples=")), None)
+    greedy = next(float(p.split("=")[1]) for p in parts if p.startswith("greedy="))
+    return tuple(parts[0].split(",")), samples, greedy
+
+
+def replay_runoff(
+    records: Sequence[dict[str, Any]],
+    examples: dict[str, Any],
+    strategies: Sequence[tuple[tuple[str, ...], int | None, float]],
+    thresholds: Sequence[float],
+) -> dict[str, Any]:
+    """EX (percent) of the ``runoff`` selector (then MageSQL's rules on the winner, as the program
+    does) for each strategy and threshold, and how often it asked the LM; needs a configured LM.
+    The LM sees the first generator's schema, as in the ``ensemble`` program."""
+    from sqlweave.programs import generators as generator_registry
+    from sqlweave.programs.selection import RunoffSelector
+
+    built: dict[str, Any] = {}
+    selectors = {t: RunoffSelector(threshold=t) for t in thresholds}
+    hits: dict[str, int] = {}
+    asked: dict[str, int] = {}
+    n = 0
+    for record in tqdm(records, desc="runoff", unit="q"):
+        cands = record.get("candidates") or []
+        example = examples.get(str(record["question_id"]))
+        if not cands or example is None:
+            continue
+        n += 1
+        judge = Judge(example)
+        for subset, k, greedy_w in strategies:
+            chosen = [
+                c
+                for c in first_per_generator(cands, k)
+                if origin_generator(c.get("origin")) in subset
+            ]
+            if not chosen:
+                continue
+            first = next(origin_generator(c.get("origin")) for c in chosen)
+            question = example.question
+            evidence = getattr(example, "evidence", "") or ""
+            if first not in built:
+                built[first] = generator_registry.build(first)
+            generator = built[first]
+            schema = generator.prompt(question=question, db=judge.db, evidence=evidence).schema
+            sqls = [c["sql"] for c in chosen]
+            weights = [
+                greedy_w if str(c.get("origin")).endswith(":greedy") else 1.0 for c in chosen
+            ]
+            size = "" if k is None else f" | samples={k}"
+            for threshold, selector in selectors.items():
+                key = f"{','.join(subset)} | runoff={threshold:g} | greedy={greedy_w:g}{size}"
+                if len(sqls) > 1:
+                    out = selector(
+                        candidates=sqls,
+                        db=judge.db,
+                        question=question,
+                        evidence=evidence,
+                        db_schema=schema,
+                        weights=weights,
+                    )
+                    sql, called = out.sql, bool(out.lm_called)
+                else:
+                    sql, called = sqls[0], False
+                hits[key] = hits.get(key, 0) + judge.correct(judge.fixed(sql))
+                asked[key] = asked.get(key, 0) + called
+    pct = lambda v: round(100 * v / max(n, 1), 1)  # noqa: E731
+    return {
+        "n": n,
+        "ex": {k: pct(v) for k, v in sorted(hits.items(), key=lambda kv: -kv[1])},
+        "asked": {k: pct(v) for k, v in asked.items()},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("records", type=Path, help="a run's JSONL with candidates on record")
@@ -165,6 +247,14 @@ def main() -> None:
         default="",
         help="comma-separated candidates per generator to replay as well (e.g. 1,2)",
     )
+    parser.add_argument(
+        "--runoff",
+        default="",
+        help="comma-separated runoff thresholds to replay with the LM (e.g. 0.5,1)",
+    )
+    parser.add_argument("--runoff-top", type=int, default=3, help="vote strategies to runoff")
+    parser.add_argument("--model", default="local:qwen2.5-coder-1.5b")
+    parser.add_argument("--n-threads", type=int, default=None)
     args = parser.parse_args()
     from sqlweave.data import load_slice
     from sqlweave.evaluate import read_records
@@ -174,6 +264,17 @@ def main() -> None:
     result = replay(read_records(args.records), examples, sizes)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / (args.records.name.removesuffix(".jsonl") + ".replay.json")
+    thresholds = [float(t) for t in args.runoff.split(",") if t]
+    if thresholds:
+        import sqlweave
+
+        sqlweave.configure(args.model, **({"n_threads": args.n_threads} if args.n_threads else {}))
+        votes = [k for k in result["ex"] if " | vote | " in k][: args.runoff_top]
+        strategies = [strategy_of(k) for k in votes]
+        runoff = replay_runoff(read_records(args.records), examples, strategies, thresholds)
+        result["runoff"] = runoff
+        for key, ex in runoff["ex"].items():
+            print(f"| {key} | {ex:.1f} | asked {runoff['asked'][key]:.1f}% |")
     out.write_text(json.dumps({"records": args.records.name, **result}, indent=1) + "\n")
     print(f"n = {result['n']}")
     print("| strategy (generators | selection | greedy weight) | EX | oracle |\n|---|---|---|")

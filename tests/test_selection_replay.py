@@ -84,3 +84,31 @@ def test_fewer_samples_per_generator_are_replayed_from_the_first_drawn(spider_ro
     assert result["ex"]["direct | vote | greedy=1"] == 100.0
     assert result["ex"]["direct | vote | greedy=1 | samples=1"] == 0.0
     assert result["oracle"]["direct | vote | samples=1"] == 0.0
+
+
+def test_runoff_replay_asks_the_lm_only_on_a_close_vote(spider_root) -> None:
+    import dspy
+    from dspy.utils import DummyLM
+
+    example = _question(spider_root, "q")
+    example.question = "How many singers are from France?"
+    close = {
+        "question_id": "q",
+        "candidates": [
+            {"sql": OTHER, "origin": "direct:greedy"},
+            {"sql": OTHER, "origin": "direct:sampled"},
+            {"sql": RIGHT, "origin": "sea:greedy"},
+        ],
+    }
+    strategies = [selection_replay.strategy_of("direct,sea | vote | greedy=1")]
+    assert strategies == [(("direct", "sea"), None, 1.0)]
+    # OTHER 2 against RIGHT 1: at threshold 0.5 the LM is asked and picks the runner-up (2),
+    # at threshold 1 the vote stands
+    with dspy.context(lm=DummyLM([{"choice": "2"}])):
+        result = selection_replay.replay_runoff([close], {"q": example}, strategies, [0.5, 1.0])
+    assert result["ex"]["direct,sea | runoff=0.5 | greedy=1"] == 100.0
+    assert result["asked"]["direct,sea | runoff=0.5 | greedy=1"] == 100.0
+    assert result["ex"]["direct,sea | runoff=1 | greedy=1"] == 0.0
+    assert result["asked"]["direct,sea | runoff=1 | greedy=1"] == 0.0
+    key = selection_replay.strategy_of("a,b | vote | greedy=2 | samples=2")
+    assert key == (("a", "b"), 2, 2.0)
