@@ -35,6 +35,7 @@ def main() -> None:
     parser.add_argument("--model", default="local:qwen2.5-coder-1.5b")
     parser.add_argument("--n-threads", type=int, default=None)
     parser.add_argument("--no-check", action="store_true", help="skip the round trip")
+    parser.add_argument("--sample-rows", type=int, default=0, help="rows shown to the writer")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -51,7 +52,9 @@ def main() -> None:
         out = args.out / f"{db_id}.jsonl"
         wall, cpu = time.perf_counter(), time.process_time()
         before = len(out.read_text().splitlines()) if out.is_file() else 0
-        pairs = synthesize(path, args.n, out=out, check=not args.no_check)
+        pairs = synthesize(
+            path, args.n, out=out, check=not args.no_check, sample_rows=args.sample_rows
+        )
         portable(out)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         tried = [
@@ -72,6 +75,7 @@ def main() -> None:
                 "cpu_s_per_pair": round(entry["cpu_s"] / max(1, len(pairs)), 1),
                 "model": args.model,
                 "round_trip": not args.no_check,
+                "sample_rows": args.sample_rows,
             }
         )
         summary[db_id] = entry

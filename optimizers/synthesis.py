@@ -423,21 +423,29 @@ def draft_queries(
 # --- questions, the round trip, the file ------------------------------------------------------
 
 
-def describe(draft: Draft, db: Database, describer: Any) -> str:
-    """The LM's question for ``draft.sql``, from the DDL of the tables it reads ("" on garbage)."""
+def describe(draft: Draft, db: Database, describer: Any, *, sample_rows: int = 0) -> str:
+    """The LM's question for ``draft.sql``, from the DDL of the tables it reads ("" on garbage).
+
+    ``sample_rows > 0`` shows that many stored rows under each table (Dubo-SQL v1's layout): a
+    column whose name alone misleads (an episode's ``Number_in_season`` read as a count of
+    seasons) is told apart by what it holds.
+    """
     import sqlglot
     from sqlglot import exp
 
     from sqlweave.adapter import use_default_adapter
-    from sqlweave.schema import render_ddl
+    from sqlweave.schema import render_ddl, render_ddl_with_rows
 
-    schema = introspect(db)
+    schema = introspect(db)  # with up to five stored rows per table
     try:
         tree = sqlglot.parse_one(draft.sql, read="sqlite")
         schema = schema.subset(tables=[t.name for t in tree.find_all(exp.Table)])
     except sqlglot.errors.SqlglotError:
         pass
-    ddl = render_ddl(schema, layout="pretty")
+    if sample_rows > 0:
+        ddl = render_ddl_with_rows(schema, rows=sample_rows, layout="pretty")
+    else:
+        ddl = render_ddl(schema, layout="pretty")
     with use_default_adapter():
         try:
             out = describer(db_schema=ddl, sql=draft.sql)
@@ -517,6 +525,7 @@ def synthesize(
     program: Any = "direct",
     check: bool = True,
     progress: bool = True,
+    sample_rows: int = 0,
 ) -> list[dict[str, Any]]:
     """``n`` question/SQL pairs for ``db``, in the questions-file format (see the module doc).
 
@@ -524,7 +533,8 @@ def synthesize(
     ``program`` (a registry name or a program) answers each written question for the round trip;
     ``check=False`` skips it (every question the LM writes is kept). With ``out``, pairs are
     appended to that JSON Lines file as they are accepted and every tried query's verdict to
-    ``<out>.tried.jsonl``: an interrupted run resumes where it stopped. Uses DSPy's configured LM.
+    ``<out>.tried.jsonl``: an interrupted run resumes where it stopped. ``sample_rows`` shows the
+    question writer that many stored rows per table (:func:`describe`). Uses DSPy's configured LM.
     Returns the pairs (all of ``out``'s, when resuming).
     """
     import dspy
@@ -557,7 +567,7 @@ def synthesize(
             if isinstance(item, tuple):
                 verdict = {"template": item[0], "sql": item[1], "kept": False, "why": item[2]}
             else:
-                question = describe(item, database, describer)
+                question = describe(item, database, describer, sample_rows=sample_rows)
                 if not question:
                     why = "the LM wrote no usable question"
                 elif check and not round_trip(question, item, database, answerer):

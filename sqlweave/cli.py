@@ -580,6 +580,9 @@ def synthesize(
         bool, typer.Option("--check/--no-check", help="keep only pairs that pass the round trip")
     ] = True,
     seed: Annotated[int, typer.Option(help="seed of the template draws")] = 0,
+    sample_rows: Annotated[
+        int, typer.Option(help="stored rows per table shown to the question writer (0: none)")
+    ] = 0,
     model: ModelOpt = "local:qwen2.5-coder-1.5b",
     api_base: ApiBaseOpt = None,
     quiet: QuietOpt = False,
@@ -597,6 +600,8 @@ def synthesize(
 
     if n < 1:
         _fail(f"--n must be at least 1, not {n}")
+    if sample_rows < 0:
+        _fail(f"--sample-rows must be 0 or more, not {sample_rows}")
     _check_writable(out, "--out", touch=False)
     try:
         database = Database.open(db)
@@ -608,7 +613,15 @@ def synthesize(
         _fail(str(err))
     _configure_lm(model, api_base)
     try:
-        pairs = run_synthesis(database, n, out=out, seed=seed, program=program, check=check)
+        pairs = run_synthesis(
+            database,
+            n,
+            out=out,
+            seed=seed,
+            program=program,
+            check=check,
+            sample_rows=sample_rows,
+        )
     except SynthesisError as err:
         _fail(str(err))
     except KeyError as err:

@@ -140,10 +140,12 @@ def test_cli_synthesize_writes_a_questions_file(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(cli, "_configure_lm", stand_in)
     out = tmp_path / "syn.jsonl"
     args = ["synthesize", "--db", str(DEMO_CONCERT_DB), "--n", "2", "--out", str(out), "--no-check"]
-    result = CliRunner().invoke(cli.app, args)
+    result = CliRunner().invoke(cli.app, [*args, "--sample-rows", "2"])
     assert result.exit_code == 0, result.output
     assert "2 pairs for concert_singer" in result.output
     assert len(load_questions(out)) == 2
+    result = CliRunner().invoke(cli.app, [*args, "--sample-rows", "-1"])
+    assert result.exit_code == 2 and "--sample-rows must be 0 or more" in result.output
 
 
 def test_cli_synthesize_on_a_database_with_no_tables_is_one_error_line(tmp_path: Path):
@@ -159,3 +161,16 @@ def test_cli_synthesize_on_a_database_with_no_tables_is_one_error_line(tmp_path:
     result = CliRunner().invoke(cli.app, ["synthesize", "--db", str(empty), "--n", "3"])
     assert result.exit_code == 2
     assert "no tables" in result.output
+
+
+def test_the_question_writer_can_see_stored_rows(tmp_path: Path):
+    """``sample_rows`` puts rows of the tables the query reads into the writer's prompt."""
+    prompts = {}
+    for rows in (0, 3):
+        lm = _lm()
+        with dspy.context(lm=lm):
+            synthesize(DEMO_CONCERT_DB, 1, check=False, progress=False, sample_rows=rows)
+        prompts[rows] = " ".join(str(m["content"]) for m in lm.history[0]["messages"])
+    assert "CREATE TABLE" in prompts[0] and "CREATE TABLE" in prompts[3]
+    assert "example rows from table" not in prompts[0]
+    assert "3 example rows from table" in prompts[3]
