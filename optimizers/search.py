@@ -122,6 +122,7 @@ DEFAULT_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
     },
     "ensemble": {
         "generators": (
+            "dubo_v2,pet,sea",
             "direct,dubo_v1,dubo_v2,sea,pet",
             "direct,dubo_v1,sea",
             "direct,sea,pet",
@@ -129,8 +130,8 @@ DEFAULT_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
         ),
         "samples": (4, 2, 8),
         "weights": ("", "direct=2", "sea=2", "dubo_v1=2"),
-        "greedy_weight": (1.0, 2.0),
-        "selector": ("vote", "runoff", "across"),
+        "greedy_weight": (2.0, 1.0),
+        "selector": ("across", "vote", "runoff"),
         "candidate_rules": (False, True),
     },
     "dubo_v2": {

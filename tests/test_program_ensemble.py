@@ -18,6 +18,8 @@ from sqlweave.schema import prompt_schema
 
 QUESTION = "How many singers are from France?"
 RIGHT = "SELECT count(*) FROM singer WHERE country = 'France'"
+#: The plain, unweighted execution vote (the default is ``across`` with greedy weight 2).
+VOTE = {"selector": "vote", "greedy_weight": 1.0}
 OTHER = "SELECT count(*) FROM singer"
 BROKEN = "SELECT nme FROM singer"
 
@@ -70,7 +72,9 @@ def test_switch_parsing() -> None:
 
 def test_the_pool_records_every_candidate_with_its_origin_and_class(db) -> None:
     # Weights turn the early stop off: every generator is asked for both of its candidates.
-    program = EnsembleSQL(generators="direct,sea", samples=2, weights="sea=2", corrector="none")
+    program = EnsembleSQL(
+        generators="direct,sea", samples=2, weights="sea=2", corrector="none", **VOTE
+    )
     lm = DummyLM([{"sql": RIGHT}, {"sql": OTHER}, {"sql": RIGHT}, {"sql": BROKEN}])
     with dspy.context(lm=lm):
         pred = program(question=QUESTION, db=db)
@@ -88,14 +92,14 @@ def test_the_pool_records_every_candidate_with_its_origin_and_class(db) -> None:
 
 
 def test_the_plain_vote_stops_drawing_once_it_is_settled(db) -> None:
-    program = EnsembleSQL(generators="direct,sea,pet", samples=2, corrector="none")
+    program = EnsembleSQL(generators="direct,sea,pet", samples=2, corrector="none", **VOTE)
     lm = DummyLM([{"sql": RIGHT}] * 6)
     with dspy.context(lm=lm):
         pred = program(question=QUESTION, db=db)
     # 2 agreeing of 6: 4 to come could still win. 4 agreeing of 6: settled, pet is not asked.
     assert pred.drawn == ["direct", "sea"] and len(pred.candidates) == 4
     assert pred.sql == RIGHT
-    everyone = EnsembleSQL(generators="direct,sea,pet", samples=2, early_stop=False)
+    everyone = EnsembleSQL(generators="direct,sea,pet", samples=2, early_stop=False, **VOTE)
     with dspy.context(lm=DummyLM([{"sql": RIGHT}] * 6)):
         pred = everyone(question=QUESTION, db=db)
     assert pred.drawn == ["direct", "sea", "pet"] and pred.sql == RIGHT
@@ -104,12 +108,19 @@ def test_the_plain_vote_stops_drawing_once_it_is_settled(db) -> None:
 def test_candidate_rules_repair_every_candidate_before_the_vote(db) -> None:
     lower = "SELECT count(*) FROM singer WHERE country = 'france'"
     answers = [{"sql": lower}, {"sql": OTHER}, {"sql": lower}, {"sql": OTHER}]
-    plain = EnsembleSQL(generators="direct,sea", samples=2, corrector="none", early_stop=False)
+    plain = EnsembleSQL(
+        generators="direct,sea", samples=2, corrector="none", early_stop=False, **VOTE
+    )
     with dspy.context(lm=DummyLM(answers)):
         pred = plain(question=QUESTION, db=db)
     assert pred.sql == lower  # the tie goes to the first candidate, unrepaired
     mended = EnsembleSQL(
-        generators="direct,sea", samples=2, corrector="none", early_stop=False, candidate_rules=True
+        generators="direct,sea",
+        samples=2,
+        corrector="none",
+        early_stop=False,
+        candidate_rules=True,
+        **VOTE,
     )
     with dspy.context(lm=DummyLM(answers)):
         pred = mended(question=QUESTION, db=db)
@@ -122,12 +133,14 @@ def test_across_picks_what_most_generators_agree_on(db) -> None:
     # direct's two candidates agree on OTHER; sea and pet each say RIGHT once
     answers = [{"sql": OTHER}, {"sql": OTHER}, {"sql": RIGHT}, {"sql": BROKEN}]
     answers += [{"sql": RIGHT}, {"sql": BROKEN}]
-    voted = EnsembleSQL(generators="direct,sea,pet", samples=2, corrector="none", early_stop=False)
+    voted = EnsembleSQL(
+        generators="direct,sea,pet", samples=2, corrector="none", early_stop=False, **VOTE
+    )
     with dspy.context(lm=DummyLM(answers)):
         assert voted(question=QUESTION, db=db).sql == OTHER  # 2 against 2: the first
     across = EnsembleSQL(
-        generators="direct,sea,pet", samples=2, corrector="none", selector="across"
-    )
+        generators="direct,sea,pet", samples=2, corrector="none", greedy_weight=1.0
+    )  # the default selector
     with dspy.context(lm=DummyLM(answers)):
         pred = across(question=QUESTION, db=db)
     assert pred.sql == RIGHT and pred.drawn == ["direct", "sea", "pet"]  # no early stop
