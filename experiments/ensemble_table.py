@@ -11,6 +11,11 @@ The replay groups candidates by the class the run recorded and weighs them as th
 is a guide for choosing on validation, not a result: a choice is confirmed by running it.
 
     python experiments/ensemble_table.py results/protocol/ensemble__nostop__spider-dev-200__1.5b.jsonl
+
+Several runs on the same questions (each asking some generators) give one table over all their
+generators: ``ensemble_table.py RUN_A.jsonl RUN_B.jsonl`` (:func:`merge_runs`). Its per-generator
+rows, "only it right" and pool oracle are exact; the vote replay over subsets is left out, since
+the runs' result classes cannot be compared.
 """
 
 from __future__ import annotations
@@ -52,8 +57,32 @@ def replay_vote(
     return right[best]
 
 
-def table(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Per-generator and pool figures (percent) of ``records`` (module doc)."""
+def merge_runs(runs: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The first run's records, each with the candidates of every generator a later run asked
+    that no earlier run did (a generator asked twice is taken from the earliest run). A result
+    class is only comparable within its run, so each candidate's ``group`` becomes
+    ``"<run>:<group>"``; ``oracle`` is recomputed over the joined pool. Questions missing from a
+    later run raise: the runs must cover the same questions."""
+    merged = []
+    later = [{str(r["question_id"]): r for r in run} for run in runs[1:]]
+    for record in runs[0]:
+        qid = str(record["question_id"])
+        cands: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for i, rec in enumerate([record, *(run[qid] for run in later)]):
+            mine = [c for c in rec.get("candidates") or [] if generator_of(c) not in seen]
+            for cand in mine:
+                group = cand.get("group")
+                cands.append({**cand, "group": None if group is None else f"{i}:{group}"})
+            seen |= {generator_of(c) for c in rec.get("candidates") or []}
+        oracle = any(c.get("correct") for c in cands)
+        merged.append({**record, "candidates": cands, "oracle": oracle})
+    return merged
+
+
+def table(records: Sequence[dict[str, Any]], subsets: bool = True) -> dict[str, Any]:
+    """Per-generator and pool figures (percent) of ``records`` (module doc); ``subsets=False``
+    leaves out the vote replay over generator subsets (merged runs)."""
     from sqlweave.evaluate import oracle_hit
 
     n = len(records)
@@ -78,13 +107,13 @@ def table(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             )
             / n,
         }
-    subsets = {}
-    for k in range(1, len(names) + 1):
+    replayed = {}
+    for k in range(1, len(names) + 1 if subsets else 1):
         for subset in itertools.combinations(names, k):
             chosen = [
                 [c for c in r.get("candidates") or [] if generator_of(c) in subset] for r in records
             ]
-            subsets[",".join(subset)] = {
+            replayed[",".join(subset)] = {
                 "vote_ex": 100 * sum(replay_vote(c) for c in chosen if c) / n,
                 "oracle": 100 * sum(any(c.get("correct") for c in cands) for cands in chosen) / n,
             }
@@ -93,7 +122,7 @@ def table(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "ex": 100 * sum(bool(r.get("correct")) for r in records) / n,
         "oracle": 100 * sum(oracle_hit(r) for r in records) / n,
         "generators": rows,
-        "subsets": subsets,
+        "subsets": replayed,
     }
 
 
@@ -110,6 +139,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {row['only_it']} | {row['distinct_answers_per_q']:.2f} |"
         )
     best = sorted(result["subsets"].items(), key=lambda kv: -kv[1]["vote_ex"])[:8]
+    if not best:
+        return "\n".join(lines)
     lines += ["", "| generators (vote replay) | vote EX | oracle |", "|---|---|---|"]
     lines += [f"| {name} | {row['vote_ex']:.1f} | {row['oracle']:.1f} |" for name, row in best]
     return "\n".join(lines)
@@ -117,14 +148,22 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("records", type=Path, help="a run's JSONL with candidates on record")
+    parser.add_argument(
+        "records", type=Path, nargs="+", help="a run's JSONL with candidates on record (or more)"
+    )
     args = parser.parse_args()
     from sqlweave.evaluate import read_records
 
-    result = table(read_records(args.records))
+    runs = [read_records(path) for path in args.records]
+    if len(runs) == 1:
+        result = table(runs[0])
+    else:
+        result = table(merge_runs(runs), subsets=False)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / (args.records.name.removesuffix(".jsonl") + ".json")
-    out.write_text(json.dumps({"records": args.records.name, **result}, indent=1) + "\n")
+    stems = [path.name.removesuffix(".jsonl") for path in args.records]
+    out = RESULTS / ("+".join(stems) + ".json")
+    names = [path.name for path in args.records]
+    out.write_text(json.dumps({"records": " ".join(names), **result}, indent=1) + "\n")
     print(markdown(result))
     print(f"\nwritten {out}")
 

@@ -58,3 +58,31 @@ def test_table_counts_what_only_one_generator_gets_right() -> None:
 def test_a_record_without_candidates_counts_as_nothing_right() -> None:
     result = ensemble_table.table([{"correct": True}, RECORDS[0]])
     assert result["generators"]["sea"]["oracle"] == pytest.approx(50.0)
+
+
+def test_runs_asking_different_generators_merge_into_one_table() -> None:
+    first = [{**r, "question_id": str(i)} for i, r in enumerate(RECORDS)]
+    # a second run asked sea again (dropped: the first run's sea is kept) and pet
+    second = [
+        {
+            "question_id": "0",
+            "candidates": [cand("sea:greedy", 0, False), cand("pet:greedy", 0, True)],
+        },
+        {"question_id": "1", "candidates": [cand("pet:greedy", 0, False)]},
+    ]
+    merged = ensemble_table.merge_runs([first, second])
+    assert [c["origin"] for c in merged[0]["candidates"]] == [
+        "direct:greedy",
+        "direct:sampled",
+        "sea:greedy",
+        "pet:greedy",
+    ]
+    assert merged[0]["candidates"][2]["correct"] is True  # the first run's sea
+    assert merged[0]["candidates"][3]["group"] == "1:0" != merged[0]["candidates"][0]["group"]
+    result = ensemble_table.table(merged, subsets=False)
+    assert result["subsets"] == {} and result["oracle"] == 100.0
+    assert result["generators"]["pet"]["greedy_ex"] == 50.0
+    assert result["generators"]["sea"]["only_it"] == 0  # pet is right on question 0 too
+    assert "vote replay" not in ensemble_table.markdown(result)
+    with pytest.raises(KeyError):
+        ensemble_table.merge_runs([first, second[:1]])
