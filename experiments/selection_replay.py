@@ -33,7 +33,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +87,8 @@ class Judge:
 
         if sources is None:
             return vote(list(sqls), self.db, list(weights), timeout_s=self.timeout_s).sql
-        pick = AcrossSelector(timeout_s=self.timeout_s)
-        return pick(candidates=list(sqls), db=self.db, weights=list(weights), sources=sources).sql
+        across = AcrossSelector(timeout_s=self.timeout_s)
+        return across(candidates=list(sqls), db=self.db, weights=list(weights), sources=sources).sql
 
 
 def first_per_generator(
@@ -108,6 +108,29 @@ def first_per_generator(
     return kept
 
 
+def judged(
+    records: Sequence[dict[str, Any]], examples: dict[str, Any], desc: str
+) -> Iterator[tuple[list[dict[str, Any]], Any, Judge]]:
+    """Each record with candidates and a known question: its candidates, example and judge."""
+    for record in tqdm(records, desc=desc, unit="q"):
+        cands = record.get("candidates") or []
+        example = examples.get(str(record["question_id"]))
+        if cands and example is not None:
+            yield cands, example, Judge(example)
+
+
+def pick(
+    cands: Sequence[dict[str, Any]], k: int | None, subset: Sequence[str], greedy_w: float
+) -> tuple[list[dict[str, Any]], list[float]]:
+    """The candidates a program asking ``subset`` for ``k`` each would have drawn, and their
+    vote weights (``greedy_w`` for each generator's greedy candidate)."""
+    chosen = [
+        c for c in first_per_generator(cands, k) if origin_generator(c.get("origin")) in subset
+    ]
+    weights = [greedy_w if str(c.get("origin")).endswith(":greedy") else 1.0 for c in chosen]
+    return chosen, weights
+
+
 def replay(
     records: Sequence[dict[str, Any]],
     examples: dict[str, Any],
@@ -122,24 +145,15 @@ def replay(
     hits: dict[str, int] = {}
     oracle: dict[str, int] = {}
     n = 0
-    for record in tqdm(records, desc="replay", unit="q"):
-        cands = record.get("candidates") or []
-        example = examples.get(str(record["question_id"]))
-        if not cands or example is None:
-            continue
+    for cands, _example, judge in judged(records, examples, "replay"):
         n += 1
-        judge = Judge(example)
         modes = ("vote", "rules-first", "across", "across+rules-first")
         for k, subset, mode, greedy_w in itertools.product(samples, subsets, modes, (1.0, 2.0)):
-            drawn = first_per_generator(cands, k)
-            chosen = [c for c in drawn if origin_generator(c.get("origin")) in subset]
+            chosen, weights = pick(cands, k, subset, greedy_w)
             if not chosen:
                 continue
             first = mode.endswith("rules-first")
             sqls = [judge.fixed(c["sql"]) if first else c["sql"] for c in chosen]
-            weights = [
-                greedy_w if str(c.get("origin")).endswith(":greedy") else 1.0 for c in chosen
-            ]
             sources = [origin_generator(c.get("origin")) for c in chosen]
             across = sources if mode.startswith("across") else None
             winner = judge.fixed(judge.select(sqls, weights, across))
@@ -186,19 +200,10 @@ def replay_runoff(
     hits: dict[str, int] = {}
     asked: dict[str, int] = {}
     n = 0
-    for record in tqdm(records, desc="runoff", unit="q"):
-        cands = record.get("candidates") or []
-        example = examples.get(str(record["question_id"]))
-        if not cands or example is None:
-            continue
+    for cands, example, judge in judged(records, examples, "runoff"):
         n += 1
-        judge = Judge(example)
         for subset, k, greedy_w in strategies:
-            chosen = [
-                c
-                for c in first_per_generator(cands, k)
-                if origin_generator(c.get("origin")) in subset
-            ]
+            chosen, weights = pick(cands, k, subset, greedy_w)
             if not chosen:
                 continue
             first = next(origin_generator(c.get("origin")) for c in chosen)
@@ -209,9 +214,6 @@ def replay_runoff(
             generator = built[first]
             schema = generator.prompt(question=question, db=judge.db, evidence=evidence).schema
             sqls = [c["sql"] for c in chosen]
-            weights = [
-                greedy_w if str(c.get("origin")).endswith(":greedy") else 1.0 for c in chosen
-            ]
             size = "" if k is None else f" | samples={k}"
             for threshold, selector in selectors.items():
                 key = f"{','.join(subset)} | runoff={threshold:g} | greedy={greedy_w:g}{size}"
