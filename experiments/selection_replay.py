@@ -131,6 +131,15 @@ def pick(
     return chosen, weights
 
 
+def strategy_key(subset: Sequence[str], mode: str, greedy_w: float | None, k: int | None) -> str:
+    """A strategy's name in the replay's tables, e.g. ``"dubo_v1,sea | vote | greedy=2 |
+    samples=2"`` (:func:`strategy_of` reads it back); ``greedy_w=None`` names the pool, whose
+    oracle no weight changes (``"dubo_v1,sea | vote | samples=2"``)."""
+    weight = "" if greedy_w is None else f" | greedy={greedy_w:g}"
+    size = "" if k is None else f" | samples={k}"
+    return f"{','.join(subset)} | {mode}{weight}{size}"
+
+
 def replay(
     records: Sequence[dict[str, Any]],
     examples: dict[str, Any],
@@ -157,11 +166,10 @@ def replay(
             sources = [origin_generator(c.get("origin")) for c in chosen]
             across = sources if mode.startswith("across") else None
             winner = judge.fixed(judge.select(sqls, weights, across))
-            size = "" if k is None else f" | samples={k}"
-            key = f"{','.join(subset)} | {mode} | greedy={greedy_w:g}{size}"
+            key = strategy_key(subset, mode, greedy_w, k)
             hits[key] = hits.get(key, 0) + judge.correct(winner)
             if greedy_w == 1.0 and not mode.startswith("across"):
-                pool_key = f"{','.join(subset)} | {mode}{size}"
+                pool_key = strategy_key(subset, mode, None, k)
                 oracle[pool_key] = oracle.get(pool_key, 0) + any(
                     judge.correct(judge.fixed(s)) for s in sqls
                 )
@@ -202,21 +210,20 @@ def replay_runoff(
     n = 0
     for cands, example, judge in judged(records, examples, "runoff"):
         n += 1
+        question = example.question
+        evidence = getattr(example, "evidence", "") or ""
         for subset, k, greedy_w in strategies:
             chosen, weights = pick(cands, k, subset, greedy_w)
             if not chosen:
                 continue
             first = next(origin_generator(c.get("origin")) for c in chosen)
-            question = example.question
-            evidence = getattr(example, "evidence", "") or ""
             if first not in built:
                 built[first] = generator_registry.build(first)
             generator = built[first]
             schema = generator.prompt(question=question, db=judge.db, evidence=evidence).schema
             sqls = [c["sql"] for c in chosen]
-            size = "" if k is None else f" | samples={k}"
             for threshold, selector in selectors.items():
-                key = f"{','.join(subset)} | runoff={threshold:g} | greedy={greedy_w:g}{size}"
+                key = strategy_key(subset, f"runoff={threshold:g}", greedy_w, k)
                 if len(sqls) > 1:
                     out = selector(
                         candidates=sqls,
@@ -263,7 +270,8 @@ def main() -> None:
 
     examples = {str(ex.question_id): ex for ex in load_slice(args.slice)}
     sizes = [None, *(int(k) for k in args.samples.split(",") if k)]
-    result = replay(read_records(args.records), examples, sizes)
+    records = read_records(args.records)
+    result = replay(records, examples, sizes)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / (args.records.name.removesuffix(".jsonl") + ".replay.json")
     thresholds = [float(t) for t in args.runoff.split(",") if t]
@@ -273,7 +281,7 @@ def main() -> None:
         sqlweave.configure(args.model, **({"n_threads": args.n_threads} if args.n_threads else {}))
         votes = [k for k in result["ex"] if " | vote | " in k][: args.runoff_top]
         strategies = [strategy_of(k) for k in votes]
-        runoff = replay_runoff(read_records(args.records), examples, strategies, thresholds)
+        runoff = replay_runoff(records, examples, strategies, thresholds)
         result["runoff"] = runoff
         for key, ex in runoff["ex"].items():
             print(f"| {key} | {ex:.1f} | asked {runoff['asked'][key]:.1f}% |")

@@ -434,7 +434,7 @@ def describe(draft: Draft, db: Database, describer: Any, *, sample_rows: int = 0
     from sqlglot import exp
 
     from sqlweave.adapter import use_default_adapter
-    from sqlweave.schema import render_ddl, render_ddl_with_rows
+    from sqlweave.schema import render_ddl_with_rows
 
     schema = introspect(db)  # with up to five stored rows per table
     try:
@@ -442,10 +442,7 @@ def describe(draft: Draft, db: Database, describer: Any, *, sample_rows: int = 0
         schema = schema.subset(tables=[t.name for t in tree.find_all(exp.Table)])
     except sqlglot.errors.SqlglotError:
         pass
-    if sample_rows > 0:
-        ddl = render_ddl_with_rows(schema, rows=sample_rows, layout="pretty")
-    else:
-        ddl = render_ddl(schema, layout="pretty")
+    ddl = render_ddl_with_rows(schema, rows=sample_rows, layout="pretty")  # 0: the DDL alone
     with use_default_adapter():
         try:
             out = describer(db_schema=ddl, sql=draft.sql)

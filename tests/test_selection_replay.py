@@ -26,10 +26,14 @@ def _question(spider_root, qid: str) -> SimpleNamespace:
     )
 
 
+def _record(*candidates: tuple[str, str]) -> dict:
+    """A run's record of question "q" with its ``(sql, origin)`` candidates."""
+    return {"question_id": "q", "candidates": [{"sql": s, "origin": o} for s, o in candidates]}
+
+
 def _replay(spider_root, *candidates: tuple[str, str]) -> dict:
     """The replay of one question's ``(sql, origin)`` candidates."""
-    record = {"question_id": "q", "candidates": [{"sql": s, "origin": o} for s, o in candidates]}
-    return selection_replay.replay([record], {"q": _question(spider_root, "q")})
+    return selection_replay.replay([_record(*candidates)], {"q": _question(spider_root, "q")})
 
 
 def test_rules_first_repairs_candidates_before_the_vote(spider_root) -> None:
@@ -72,14 +76,7 @@ def test_fewer_samples_per_generator_are_replayed_from_the_first_drawn(spider_ro
     kept = selection_replay.first_per_generator(cands, 1)
     assert [c["origin"] for c in kept] == ["a:greedy", "b:greedy"]
     assert selection_replay.first_per_generator(cands, None) == cands
-    record = {
-        "question_id": "q",
-        "candidates": [
-            {"sql": OTHER, "origin": "direct:greedy"},
-            {"sql": RIGHT, "origin": "direct:sampled"},
-            {"sql": RIGHT, "origin": "direct:sampled"},
-        ],
-    }
+    record = _record((OTHER, "direct:greedy"), (RIGHT, "direct:sampled"), (RIGHT, "direct:sampled"))
     result = selection_replay.replay([record], {"q": _question(spider_root, "q")}, [None, 1])
     assert result["ex"]["direct | vote | greedy=1"] == 100.0
     assert result["ex"]["direct | vote | greedy=1 | samples=1"] == 0.0
@@ -92,14 +89,7 @@ def test_runoff_replay_asks_the_lm_only_on_a_close_vote(spider_root) -> None:
 
     example = _question(spider_root, "q")
     example.question = "How many singers are from France?"
-    close = {
-        "question_id": "q",
-        "candidates": [
-            {"sql": OTHER, "origin": "direct:greedy"},
-            {"sql": OTHER, "origin": "direct:sampled"},
-            {"sql": RIGHT, "origin": "sea:greedy"},
-        ],
-    }
+    close = _record((OTHER, "direct:greedy"), (OTHER, "direct:sampled"), (RIGHT, "sea:greedy"))
     strategies = [selection_replay.strategy_of("direct,sea | vote | greedy=1")]
     assert strategies == [(("direct", "sea"), None, 1.0)]
     # OTHER 2 against RIGHT 1: at threshold 0.5 the LM is asked and picks the runner-up (2),
@@ -112,3 +102,7 @@ def test_runoff_replay_asks_the_lm_only_on_a_close_vote(spider_root) -> None:
     assert result["asked"]["direct,sea | runoff=1 | greedy=1"] == 0.0
     key = selection_replay.strategy_of("a,b | vote | greedy=2 | samples=2")
     assert key == (("a", "b"), 2, 2.0)
+    assert (
+        selection_replay.strategy_key(("a", "b"), "vote", 2.0, 2)
+        == "a,b | vote | greedy=2 | samples=2"
+    )
