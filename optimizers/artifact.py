@@ -268,5 +268,9 @@ def load_program(path: str | Path) -> tuple[SQLProgram, ArtifactMeta]:
                 f"not predictors of {meta.program!r} {sorted(expected)}"
             )
 
-        program = attach_knn(program, payload["knn"]["pool"], payload["knn"]["k"])
+        # An artefact saved before the switch existed showed every demo's schema in full.
+        compact = bool(payload["knn"].get("compact_same_db", False))
+        program = attach_knn(
+            program, payload["knn"]["pool"], payload["knn"]["k"], compact_same_db=compact
+        )
     return program, meta

@@ -65,7 +65,21 @@ def nearest_first(
     return order[:k]
 
 
-def attach_knn(program: SQLProgram, pool: list[dict[str, Any]], k: int) -> SQLProgram:
+SAME_DB_SCHEMA = "(the database of the last question: its schema is shown there)"
+"""What a demo from the question's own database shows as its schema (:func:`attach_knn`)."""
+
+
+def _shown(demo: dict[str, Any], point_to_schema: bool) -> dspy.Example:
+    """A pool demo as shown: with ``point_to_schema`` (a demo of the question's own database)
+    its schema is a pointer to the question's."""
+    if point_to_schema and "db_schema" in demo:
+        demo = {**demo, "db_schema": SAME_DB_SCHEMA}
+    return dspy.Example(**demo)
+
+
+def attach_knn(
+    program: SQLProgram, pool: list[dict[str, Any]], k: int, *, compact_same_db: bool = True
+) -> SQLProgram:
     """Make ``program`` pick its demos per call: the ``k`` train questions nearest the question,
     those on the question's own database first (:func:`nearest_first`).
 
@@ -77,6 +91,13 @@ def attach_knn(program: SQLProgram, pool: list[dict[str, Any]], k: int) -> SQLPr
     every predictor, and with the own-database preference a compile over several databases
     needs. Only the question is embedded, at train and call time alike. The pool is kept on the
     program (``knn_pool``) so that an artefact can store it.
+
+    ``compact_same_db``: a demo of the question's own database shows :data:`SAME_DB_SCHEMA` as
+    its schema instead of the schema again (for a full-schema program, the same text k + 1
+    times). The demo's question and SQL are all it adds, and on this CPU every repeated schema
+    costs seconds of prompt reading: four same-database demos on a ten-table schema quadruple
+    the prompt. Demos of other databases keep theirs (their SQL names tables the question's
+    schema does not have).
     """
     inner = program.deepcopy()
     vectorizer = _knn_vectorizer() if pool else None
@@ -93,17 +114,19 @@ def attach_knn(program: SQLProgram, pool: list[dict[str, Any]], k: int) -> SQLPr
         if vectors is not None and vectorizer is not None:
             query = vectorizer([f"question: {question}"]).astype(np.float32)
             scores = np.dot(vectors, query.T).squeeze()
-            chosen = nearest_first(scores, db_ids, _query_db_id(args, kwargs), k)
+            own = _query_db_id(args, kwargs)
+            chosen = nearest_first(scores, db_ids, own, k)
+            pointed = {i for i in chosen if compact_same_db and own and db_ids[i] == own}
             for name, predictor in call.named_predictors():
                 predictor.demos = [
-                    dspy.Example(**pool[i]["demos"][name])
+                    _shown(pool[i]["demos"][name], i in pointed)
                     for i in chosen
                     if name in pool[i]["demos"]
                 ]
         return call(question, *args, **kwargs)
 
     program.forward = types.MethodType(forward, program)
-    program.knn_pool = {"k": k, "pool": pool}
+    program.knn_pool = {"k": k, "pool": pool, "compact_same_db": compact_same_db}
     return program
 
 

@@ -10,7 +10,7 @@ from conftest import DEMO_CONCERT_DB
 from dspy.utils import DummyLM
 
 from sqlweave import programs
-from sqlweave.optimizers.knn import attach_knn, nearest_first
+from sqlweave.optimizers.knn import SAME_DB_SCHEMA, attach_knn, nearest_first
 from sqlweave.programs.demos import DemoSource
 from sqlweave.programs.retrieval import make_retriever
 
@@ -102,3 +102,40 @@ def test_a_demo_source_given_its_own_pool_prefers_the_questions_database():
     assert [ex.gold_sql for ex in source.retrieve(QUESTION, db)] == ["SELECT 'B'"]
     plain = DemoSource("jaccard", 1, pool=_pool(), options={"same_db_first": False})
     assert [ex.gold_sql for ex in plain.retrieve(QUESTION, db)] == ["SELECT 'A'"]
+
+
+def _two_db_pool() -> list[dict]:
+    return [
+        {
+            "question": "How many shops?",
+            "db_id": "shop",
+            "demos": {"generate": _demo("How many shops?", "SELECT 'A'")},
+        },
+        {
+            "question": "List the stadium names.",
+            "db_id": "concert_singer",
+            "demos": {"generate": _demo("List the stadium names.", "SELECT 'B'")},
+        },
+    ]
+
+
+def test_own_database_demos_point_at_the_questions_schema_instead_of_repeating_it():
+    compiled = attach_knn(programs.get("direct"), _two_db_pool(), 2)
+    lm = DummyLM([{"sql": "SELECT 2"}])
+    with dspy.context(lm=lm):
+        compiled(question=QUESTION, db=str(DEMO_CONCERT_DB))
+    messages = lm.history[-1]["messages"]
+    # one message per demo question (user) and answer (assistant), then the question
+    own = next(m["content"] for m in messages if "List the stadium names." in m["content"])
+    other = next(m["content"] for m in messages if "How many shops?" in m["content"])
+    assert SAME_DB_SCHEMA in own and "CREATE TABLE t" not in own
+    assert "CREATE TABLE t" in other and SAME_DB_SCHEMA not in other
+    # the question's own schema is shown in full, once, with the question
+    assert "CREATE TABLE" in messages[-1]["content"] and "singer" in messages[-1]["content"]
+
+    full = attach_knn(programs.get("direct"), _two_db_pool(), 2, compact_same_db=False)
+    lm = DummyLM([{"sql": "SELECT 2"}])
+    with dspy.context(lm=lm):
+        full(question=QUESTION, db=str(DEMO_CONCERT_DB))
+    assert SAME_DB_SCHEMA not in json.dumps(lm.history[-1]["messages"])
+    assert full.knn_pool["compact_same_db"] is False and compiled.knn_pool["compact_same_db"]
