@@ -1,0 +1,187 @@
+"""Compiled on its own databases' synthesized pairs, versus uncompiled and versus Spider train
+(issue 38, step 3).
+
+For one program and one slice this script
+
+1. takes each of the slice's databases' synthesized pairs (``synthesize_pairs.py`` writes them
+   to ``results/synthesis/<db>.jsonl``; no question of the slice is read to make them) and
+   compiles the program on them with ``sqlweave compile --db ... --synthesize N`` (the command a
+   user runs; ``N`` pairs per database, a fifth of each held for validation), optimizer ``knn``:
+   per question, the ``--k`` nearest synthesized questions of its own database as demos;
+2. with ``--spider``, compiles the same program with the same optimizer on Spider train (the
+   slice's databases held out), as every compile before synthesis did;
+3. runs ``protocol.py`` on the slice's real questions for naive, the uncompiled program and each
+   artefact (loaded in a fresh process, as a user would); every run resumes;
+4. writes ``results/synthesis/compile__<program>__<slice>__<model>.json``: EX with its 95%
+   interval per row, and each compiled row paired against the uncompiled program, Spider train's
+   compile and naive (bootstrap interval, McNemar's exact p).
+
+    python experiments/synthetic_compile.py --slice spider-train-val --n 20 --k 4 --spider
+
+The pairs files get this machine's database paths in a work folder
+(``$SQLWEAVE_CACHE/synthetic-experiments``), so the committed sets stay portable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from protocol import RESULTS as PROTOCOL_RESULTS
+from protocol import stem as protocol_stem
+from run_programs import _commit, model_tag
+
+from sqlweave.data import load_slice
+from sqlweave.evaluate import compare, read_records
+
+HERE = Path(__file__).resolve().parent
+PAIRS = HERE / "results" / "synthesis"
+COMPILED = HERE / "results" / "compile"
+DEFAULT_MODEL = "local:qwen2.5-coder-1.5b"
+
+
+def work_dir(slice_name: str) -> Path:
+    root = os.environ.get("SQLWEAVE_CACHE")
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "sqlweave"
+    return base / "synthetic-experiments" / slice_name
+
+
+def stage_pairs(slice_name: str, pairs_dir: Path, out_dir: Path) -> list[Path]:
+    """Each database's pairs as ``out_dir/pairs.<db>.jsonl`` with the database's path, as
+    ``sqlweave synthesize`` writes them; returns the databases' files. A database without pairs
+    stops the run: synthesizing is ``synthesize_pairs.py``'s job, with its own figures."""
+    paths = {ex.db_id: Path(ex.db_path) for ex in load_slice(slice_name)}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    missing = [db for db in paths if not (pairs_dir / f"{db}.jsonl").is_file()]
+    if missing:
+        sys.exit(
+            f"no synthesized pairs for {', '.join(sorted(missing))} in {pairs_dir}: run "
+            f"python experiments/synthesize_pairs.py --dbs {' '.join(sorted(missing))}"
+        )
+    for db, path in paths.items():
+        source = pairs_dir / f"{db}.jsonl"
+        pairs = [json.loads(x) for x in source.read_text().splitlines() if x.strip()]
+        target = out_dir / f"pairs.{db}.jsonl"
+        target.write_text("".join(json.dumps({**p, "db_path": str(path)}) + "\n" for p in pairs))
+        tried = source.with_name(source.name + ".tried.jsonl")
+        if tried.is_file():
+            target.with_name(target.name + ".tried.jsonl").write_text(tried.read_text())
+    return sorted(paths.values())
+
+
+def _run(cmd: list[str]) -> None:
+    print("$", " ".join(cmd[1:]), flush=True)
+    subprocess.run(cmd, check=True, cwd=HERE)
+
+
+def compile_synthetic(args: argparse.Namespace, artefact: Path) -> None:
+    dbs = stage_pairs(args.slice, args.pairs, work_dir(args.slice))
+    cmd = [sys.executable, "-m", "sqlweave", "compile", "--program", args.program]
+    cmd += ["--optimizer", "knn", "--max-demos", str(args.k), "--model", args.model]
+    for db in dbs:
+        cmd += ["--db", str(db)]
+    cmd += ["--synthesize", str(args.n), "--synthetic-out", str(work_dir(args.slice) / "pairs")]
+    _run([*cmd, "--out", str(artefact), "--no-progress"])
+
+
+def compile_spider(args: argparse.Namespace, artefact: Path) -> None:
+    cmd = [sys.executable, "-m", "sqlweave", "compile", "--program", args.program]
+    cmd += ["--optimizer", "knn", "--max-demos", str(args.k), "--model", args.model]
+    cmd += ["--train", "spider", "--n-train", "1000", "--val", args.slice, "--n-val", "4"]
+    _run([*cmd, "--out", str(artefact), "--no-progress"])
+
+
+def protocol(args: argparse.Namespace, *, program: str, artefact: Path | None = None) -> Path:
+    """Run (or resume) ``protocol.py`` and return its summary's path."""
+    config = f"compiled-{artefact.name.split('__')[1]}" if artefact else ""
+    cmd = [sys.executable, str(HERE / "protocol.py"), "--slice", args.slice, "--model", args.model]
+    cmd += ["--artifact", str(artefact), "--config", config] if artefact else ["--program", program]
+    if args.n_threads:
+        cmd += ["--n-threads", str(args.n_threads)]
+    _run(cmd)
+    return PROTOCOL_RESULTS / f"{protocol_stem(program, config, args.slice, args.model)}.json"
+
+
+def _row(summary_path: Path) -> dict[str, Any]:
+    s = json.loads(summary_path.read_text())
+    return {
+        "n": s["n"],
+        "ex": s["ex"],
+        "interval": s["interval"],
+        "seconds_per_q": (s.get("usage") or {}).get("wall_seconds"),
+        "records": s["records"],
+    }
+
+
+def _records(summary_path: Path) -> list[dict[str, Any]]:
+    s = json.loads(summary_path.read_text())
+    return read_records(PROTOCOL_RESULTS / s["records"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--program", default="direct")
+    parser.add_argument("--slice", default="spider-train-val")
+    parser.add_argument("--n", type=int, default=20, help="synthesized pairs per database")
+    parser.add_argument("--k", type=int, default=4, help="demos per question")
+    parser.add_argument("--spider", action="store_true", help="also compile on Spider train")
+    parser.add_argument("--pairs", type=Path, default=PAIRS, help="the <db>.jsonl pairs' folder")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--n-threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.n_threads:
+        os.environ["SQLWEAVE_N_THREADS"] = str(args.n_threads)  # the compiles' threads
+
+    tag = model_tag(args.model)
+    rows = {
+        "naive": protocol(args, program="naive"),
+        "uncompiled": protocol(args, program=args.program),
+    }
+    synthetic = COMPILED / f"{args.program}__knn-synthetic__{tag}.artefact.json"
+    if not synthetic.exists():
+        compile_synthetic(args, synthetic)
+    rows["synthetic"] = protocol(args, program=args.program, artefact=synthetic)
+    if args.spider:
+        spider = COMPILED / f"{args.program}__knn-spider__{tag}.artefact.json"
+        if not spider.exists():
+            compile_spider(args, spider)
+        rows["spider"] = protocol(args, program=args.program, artefact=spider)
+
+    meta = json.loads(synthetic.read_text())["meta"]
+    result = {
+        "program": args.program,
+        "slice": args.slice,
+        "model": args.model,
+        "k": args.k,
+        "synthetic": (meta.get("extra") or {}).get("synthetic"),
+        "rows": {name: _row(path) for name, path in rows.items()},
+        "synthetic_vs": {
+            name: compare(_records(rows["synthetic"]), _records(rows[name]))
+            for name in rows
+            if name != "synthetic"
+        },
+        "commit": _commit(),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    out = PAIRS / f"compile__{args.program}__{args.slice}__{tag}.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    for name, row in result["rows"].items():
+        lo, hi = row["interval"]
+        print(f"{name:>10}: EX {100 * row['ex']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] n={row['n']}")
+    for name, c in result["synthetic_vs"].items():
+        lo, hi = c["delta_interval"]
+        print(
+            f"synthetic vs {name}: {100 * c['delta']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] "
+            f"p={c['p']:.3g} (only synthetic {c['only_run']}, only {name} {c['only_baseline']})"
+        )
+    print(f"-> {out}")
+
+
+if __name__ == "__main__":
+    main()
