@@ -7,6 +7,7 @@ seconds per kept pair. The pairs themselves are written beside the figures, for 
 
     python experiments/synthesize_pairs.py --dbs farm cinema --n 25
     python experiments/synthesize_pairs.py --slice spider-train-val --n 40   # every db of a slice
+    python experiments/synthesize_pairs.py --slice bird-52 --n 20   # found where the slice's are
 
 Writes ``experiments/results/synthesis/<db>.jsonl`` (pairs), ``<db>.jsonl.tried.jsonl`` (every
 verdict) and ``summary.json`` (``--out``). Resumable: a rerun continues each file.
@@ -41,14 +42,15 @@ def main() -> None:
 
     options = {"n_threads": args.n_threads} if args.n_threads else {}
     sqlweave.configure(args.model, **options)
-    dbs = list(args.dbs)
-    if args.slice:
-        dbs += sorted({ex.db_id for ex in load_slice(args.slice)})
+    # A slice's databases where its questions find them (BIRD's are not Spider train's); the
+    # questions themselves are not read.
+    where = {ex.db_id: Path(ex.db_path) for ex in load_slice(args.slice)} if args.slice else {}
+    dbs = list(args.dbs) + sorted(where)
     args.out.mkdir(parents=True, exist_ok=True)
     summary_path = args.out / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     for db_id in dbs:
-        path = database_path(db_id, split="train")
+        path = where.get(db_id) or database_path(db_id, split="train")
         out = args.out / f"{db_id}.jsonl"
         wall, cpu = time.perf_counter(), time.process_time()
         before = len(out.read_text().splitlines()) if out.is_file() else 0
