@@ -15,6 +15,7 @@ from typing import Any
 import dspy
 import numpy as np
 
+from sqlweave.adapter import SAME_DB_SCHEMA
 from sqlweave.programs import SQLProgram
 
 
@@ -65,10 +66,6 @@ def nearest_first(
     return order[:k]
 
 
-SAME_DB_SCHEMA = "(the database of the last question: its schema is shown there)"
-"""What a demo from the question's own database shows as its schema (:func:`attach_knn`)."""
-
-
 def _shown(demo: dict[str, Any], point_to_schema: bool) -> dspy.Example:
     """A pool demo as shown: with ``point_to_schema`` (a demo of the question's own database)
     its schema is a pointer to the question's."""
@@ -96,8 +93,10 @@ def attach_knn(
     its schema instead of the schema again (for a full-schema program, the same text k + 1
     times). The demo's question and SQL are all it adds, and on this CPU every repeated schema
     costs seconds of prompt reading: four same-database demos on a ten-table schema quadruple
-    the prompt. Demos of other databases keep theirs (their SQL names tables the question's
-    schema does not have).
+    the prompt. sqlweave's script layout then shows these demos inside the question's turn,
+    after its schema (:mod:`sqlweave.adapter`), so the schema stays the prompt's first tokens
+    and the engine's prefix cache reuses it across questions on one database. Demos of other
+    databases keep their schema (their SQL names tables the question's schema does not have).
     """
     inner = program.deepcopy()
     vectorizer = _knn_vectorizer() if pool else None
@@ -130,4 +129,4 @@ def attach_knn(
     return program
 
 
-__all__ = ["attach_knn", "nearest_first"]
+__all__ = ["SAME_DB_SCHEMA", "attach_knn", "nearest_first"]

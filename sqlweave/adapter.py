@@ -14,7 +14,11 @@ code models met for text-to-SQL in training:
   input (evidence, hints, a draft query, execution feedback…), and last
   ``-- Using valid <dialect>, answer the following question for the tables provided above.``
   followed by the question;
-* demos: the same turn without the instructions, the bare SQL as the assistant turn;
+* demos: the same turn without the instructions, the bare SQL as the assistant turn; a demo of
+  the question's own database (its schema is :data:`SAME_DB_SCHEMA`) goes inside the question's
+  turn instead, right after the schema, as its question in a comment and its SQL (in the chat
+  layout too, as ``Question:``/``SQL:`` lines): the schema stays the first tokens of the prompt,
+  which the engine's prefix cache shares between questions on one database;
 * on the local llama.cpp engine the assistant turn is prefilled with ``SELECT``.
 
 Why (Qwen2.5-Coder-1.5B, first 57 questions of the stratified Spider dev 100, greedy): the same
@@ -38,7 +42,7 @@ back to ChatAdapter without its JSON retry, so a garbage reply costs one call, n
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dspy
@@ -98,6 +102,16 @@ def _comment(text: str) -> str:
 
 
 _SCHEMA_FIELDS = ("db_schema", "schema")
+
+SAME_DB_SCHEMA = "(the database of the last question: its schema is shown there)"
+"""The schema a demo of the question's own database carries (``knn``'s ``compact_same_db``):
+the script layout shows such demos inside the question's turn, after its schema."""
+
+
+def _same_database(demo: Any) -> bool:
+    """Whether ``demo`` is one of the question's own database (its schema is the pointer)."""
+    get = _getter(demo)
+    return any(str(get(name, "") or "").strip() == SAME_DB_SCHEMA for name in _SCHEMA_FIELDS)
 
 
 #: How a SQL-writing prompt is laid out: a SQL script (schema, then ``--`` comments) or a chat.
@@ -197,19 +211,39 @@ class SQLAdapter(ChatAdapter):
                 return self._sql_block(signature, values, instructions=final)
             return self._user_block(signature, values)
 
+        # The script layout shows demos of the question's own database inside its turn, right
+        # after the schema: the schema stays the prompt's first tokens, so questions on one
+        # database share it in the engine's prefix cache (as turns before it, they would make
+        # every prompt differ from its start and the schema be read again each time).
+        inline = [d for d in demos if sql and _same_database(d)]
         for demo in demos:
             answer = demo.get(output) if hasattr(demo, "get") else None
-            if not answer:
+            if not answer or any(demo is d for d in inline):
                 continue
             messages.append({"role": "user", "content": block_of(demo, False)})
             messages.append({"role": "assistant", "content": str(answer).strip()})
-        block = block_of(inputs, True)
+        if chat:
+            block = self._chat_block(signature, inputs, solved=inline, output=output)
+        elif inline:
+            block = self._sql_block(
+                signature, inputs, instructions=True, solved=inline, output=output
+            )
+        else:
+            block = block_of(inputs, True)
         messages.append({"role": "user", "content": block})
         if prefill:
             messages.append({"role": "assistant", "content": "SELECT"})
         return messages
 
-    def _sql_block(self, signature: type[Signature], values: Any, *, instructions: bool) -> str:
+    def _sql_block(
+        self,
+        signature: type[Signature],
+        values: Any,
+        *,
+        instructions: bool,
+        solved: Sequence[Any] = (),
+        output: str = "sql",
+    ) -> str:
         """The prompt of a SQL-writing signature, laid out as a SQL script.
 
         The schema comes first as it is rendered (CREATE TABLE statements), then every other
@@ -231,6 +265,14 @@ class SQLAdapter(ChatAdapter):
             text = _present(get(name, None))
             if text:
                 parts.append(text)
+        examples = [
+            f"{_comment(str(_getter(d)('question', '')).strip())}\n"
+            f"{str(_getter(d)(output)).strip().rstrip(';')};"
+            for d in solved
+            if _getter(d)(output, None)
+        ]
+        if examples:
+            parts.append("-- Questions on these tables, answered:\n" + "\n".join(examples))
         comments: list[str] = []
         if instructions and signature.instructions.strip():
             comments.append(_comment(signature.instructions.strip()))
@@ -259,15 +301,32 @@ class SQLAdapter(ChatAdapter):
         text = signature.instructions.strip()
         return f"{text}\nThe query must run on {_engine_label(_getter(values))}.".strip()
 
-    def _chat_block(self, signature: type[Signature], values: Any) -> str:
+    def _chat_block(
+        self,
+        signature: type[Signature],
+        values: Any,
+        *,
+        solved: Sequence[Any] = (),
+        output: str = "sql",
+    ) -> str:
         """The chat layout's user turn: the schema, a blank line, other inputs labelled, the
-        question last (``naive``'s reference prompt, with any further inputs between)."""
+        question last (``naive``'s reference prompt, with any further inputs between). Demos of
+        the question's own database (``solved``) follow the schema as ``Question:``/``SQL:``
+        lines."""
         get = _getter(values)
         parts = [
             text
             for name in signature.input_fields
             if name in _SCHEMA_FIELDS and (text := _present(get(name, None)))
         ]
+        examples = [
+            f"{_labelled('question', str(_getter(d)('question', '')).strip())}\n"
+            f"{_labelled('sql', str(_getter(d)(output)).strip())}"
+            for d in solved
+            if _getter(d)(output, None)
+        ]
+        if examples:
+            parts.append("Questions on these tables, answered:\n\n" + "\n\n".join(examples))
         lines: list[str] = []
         names = [
             n

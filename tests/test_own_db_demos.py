@@ -6,6 +6,7 @@ import json
 
 import dspy
 import numpy as np
+import pytest
 from conftest import DEMO_CONCERT_DB
 from dspy.utils import DummyLM
 
@@ -119,23 +120,55 @@ def _two_db_pool() -> list[dict]:
     ]
 
 
-def test_own_database_demos_point_at_the_questions_schema_instead_of_repeating_it():
-    compiled = attach_knn(programs.get("direct"), _two_db_pool(), 2)
+@pytest.mark.parametrize("layout", ["chat", "script"])
+def test_own_database_demos_follow_the_questions_schema_instead_of_repeating_it(layout):
+    compiled = attach_knn(programs.get("direct", prompt_layout=layout), _two_db_pool(), 2)
     lm = DummyLM([{"sql": "SELECT 2"}])
     with dspy.context(lm=lm):
         compiled(question=QUESTION, db=str(DEMO_CONCERT_DB))
     messages = lm.history[-1]["messages"]
-    # one message per demo question (user) and answer (assistant), then the question
-    own = next(m["content"] for m in messages if "List the stadium names." in m["content"])
-    other = next(m["content"] for m in messages if "How many shops?" in m["content"])
-    assert SAME_DB_SCHEMA in own and "CREATE TABLE t" not in own
-    assert "CREATE TABLE t" in other and SAME_DB_SCHEMA not in other
-    # the question's own schema is shown in full, once, with the question
-    assert "CREATE TABLE" in messages[-1]["content"] and "singer" in messages[-1]["content"]
+    final = messages[-1]["content"]
+    # the own database's demo: inside the question's turn, after its schema, before the question
+    assert final.startswith("CREATE TABLE") or layout == "chat"
+    schema_end = final.index('REFERENCES "concert"')
+    assert schema_end < final.index("List the stadium names.") < final.index("SELECT 'B'")
+    assert final.index("SELECT 'B'") < final.index(QUESTION)
+    assert SAME_DB_SCHEMA not in json.dumps(messages) and final.count("CREATE TABLE t") == 0
+    # the other database's demo: a turn of its own, with its own schema
+    other = next(m["content"] for m in messages[:-1] if "How many shops?" in m["content"])
+    assert "CREATE TABLE t" in other
 
-    full = attach_knn(programs.get("direct"), _two_db_pool(), 2, compact_same_db=False)
+    full = attach_knn(
+        programs.get("direct", prompt_layout=layout), _two_db_pool(), 2, compact_same_db=False
+    )
     lm = DummyLM([{"sql": "SELECT 2"}])
     with dspy.context(lm=lm):
         full(question=QUESTION, db=str(DEMO_CONCERT_DB))
-    assert SAME_DB_SCHEMA not in json.dumps(lm.history[-1]["messages"])
+    turns = lm.history[-1]["messages"]
+    assert "List the stadium names." not in turns[-1]["content"]
+    assert any("List the stadium names." in m["content"] for m in turns[:-1])
     assert full.knn_pool["compact_same_db"] is False and compiled.knn_pool["compact_same_db"]
+
+
+def test_the_prompt_starts_with_the_schema_whatever_demos_the_question_draws():
+    """Two questions on one database share the prompt up to the end of the schema: the engine's
+    prefix cache reads the schema once (the point of showing own-database demos after it)."""
+    pool = [
+        *_two_db_pool(),
+        {
+            "question": "How many concerts?",
+            "db_id": "concert_singer",
+            "demos": {"generate": _demo("How many concerts?", "SELECT 'C'")},
+        },
+    ]
+    compiled = attach_knn(programs.get("direct", prompt_layout="script"), pool, 1)
+    prompts = []
+    for question in ("List every stadium.", "How many concerts were held?"):
+        lm = DummyLM([{"sql": "SELECT 2"}])
+        with dspy.context(lm=lm):
+            compiled(question=question, db=str(DEMO_CONCERT_DB))
+        prompts.append(json.dumps(lm.history[-1]["messages"]))
+    a, b = prompts
+    shared = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+    assert "SELECT 'B'" in a and "SELECT 'C'" in b  # different demos were drawn
+    assert a[:shared].count("CREATE TABLE") >= 4  # ... after the whole schema
