@@ -19,7 +19,8 @@ For one program and one slice this script
     python experiments/synthetic_compile.py --slice spider-train-val --n 20 --k 4 --spider
 
 The pairs files get this machine's database paths in a work folder
-(``$SQLWEAVE_CACHE/synthetic-experiments``), so the committed sets stay portable.
+(``$SQLWEAVE_CACHE/synthetic-experiments/<slice>``, else ``~/.cache/sqlweave/...``), and the
+artefacts are written there too: the committed sets and results stay portable.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from sqlweave.evaluate import compare, read_records
 
 HERE = Path(__file__).resolve().parent
 PAIRS = HERE / "results" / "synthesis"
-COMPILED = HERE / "results" / "compile"
 DEFAULT_MODEL = "local:qwen2.5-coder-1.5b"
 
 
@@ -143,12 +143,15 @@ def main() -> None:
         "naive": protocol(args, program="naive"),
         "uncompiled": protocol(args, program=args.program),
     }
-    synthetic = COMPILED / f"{args.program}__knn-synthetic__{tag}.artefact.json"
+    # Artefacts beside the staged pairs, not under results/: they record this machine's paths,
+    # and a knn compile rebuilds them in seconds with no LM call.
+    knn = "knn" if args.k == 4 else f"knn{args.k}"  # the file names of k = 4, the first design
+    synthetic = work_dir(args.slice) / f"{args.program}__{knn}-synthetic__{tag}.artefact.json"
     if not synthetic.exists():
         compile_synthetic(args, synthetic)
     rows["synthetic"] = protocol(args, program=args.program, artefact=synthetic)
     if args.spider:
-        spider = COMPILED / f"{args.program}__knn-spider__{tag}.artefact.json"
+        spider = work_dir(args.slice) / f"{args.program}__{knn}-spider__{tag}.artefact.json"
         if not spider.exists():
             compile_spider(args, spider)
         rows["spider"] = protocol(args, program=args.program, artefact=spider)
