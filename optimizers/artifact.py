@@ -269,8 +269,11 @@ def load_program(path: str | Path) -> tuple[SQLProgram, ArtifactMeta]:
             )
 
         # An artefact saved before the switch existed showed every demo's schema in full.
-        compact = bool(payload["knn"].get("compact_same_db", False))
-        program = attach_knn(
-            program, payload["knn"]["pool"], payload["knn"]["k"], compact_same_db=compact
-        )
+        same_db = payload["knn"].get("same_db", "full")
+        try:
+            program = attach_knn(
+                program, payload["knn"]["pool"], payload["knn"]["k"], same_db=same_db
+            )
+        except ValueError as err:
+            raise ArtifactError(f"{path} is corrupted or incompatible: 'knn.{err}") from err
     return program, meta

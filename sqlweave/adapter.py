@@ -15,8 +15,8 @@ code models met for text-to-SQL in training:
   ``-- Using valid <dialect>, answer the following question for the tables provided above.``
   followed by the question;
 * demos: the same turn without the instructions, the bare SQL as the assistant turn; a demo of
-  the question's own database (its schema is :data:`SAME_DB_SCHEMA`) goes inside the question's
-  turn instead, right after the schema, as its question in a comment and its SQL (in the chat
+  the question's own database marked :data:`AFTER_SCHEMA` goes inside the question's turn
+  instead, right after the schema, as its question in a comment and its SQL (in the chat
   layout too, as ``Question:``/``SQL:`` lines): the schema stays the first tokens of the prompt,
   which the engine's prefix cache shares between questions on one database;
 * on the local llama.cpp engine the assistant turn is prefilled with ``SELECT``.
@@ -104,14 +104,16 @@ def _comment(text: str) -> str:
 _SCHEMA_FIELDS = ("db_schema", "schema")
 
 SAME_DB_SCHEMA = "(the database of the last question: its schema is shown there)"
-"""The schema a demo of the question's own database carries (``knn``'s ``compact_same_db``):
-the script layout shows such demos inside the question's turn, after its schema."""
+"""The schema a demo of the question's own database carries (``knn``'s ``same_db``)."""
+
+AFTER_SCHEMA = "after_schema"
+"""A demo field (never rendered) that asks for the demo inside the question's turn, after its
+schema, instead of a turn of its own (``knn``'s ``same_db="inline"``)."""
 
 
-def _same_database(demo: Any) -> bool:
-    """Whether ``demo`` is one of the question's own database (its schema is the pointer)."""
-    get = _getter(demo)
-    return any(str(get(name, "") or "").strip() == SAME_DB_SCHEMA for name in _SCHEMA_FIELDS)
+def _after_schema(demo: Any) -> bool:
+    """Whether ``demo`` goes inside the question's turn (:data:`AFTER_SCHEMA`)."""
+    return bool(_getter(demo)(AFTER_SCHEMA, False))
 
 
 #: How a SQL-writing prompt is laid out: a SQL script (schema, then ``--`` comments) or a chat.
@@ -211,11 +213,10 @@ class SQLAdapter(ChatAdapter):
                 return self._sql_block(signature, values, instructions=final)
             return self._user_block(signature, values)
 
-        # The script layout shows demos of the question's own database inside its turn, right
-        # after the schema: the schema stays the prompt's first tokens, so questions on one
-        # database share it in the engine's prefix cache (as turns before it, they would make
-        # every prompt differ from its start and the schema be read again each time).
-        inline = [d for d in demos if sql and _same_database(d)]
+        # Demos marked AFTER_SCHEMA go inside the question's turn, right after the schema: the
+        # schema stays the prompt's first tokens, so questions on one database share it in the
+        # engine's prefix cache (turns before it make every prompt differ from its start).
+        inline = [d for d in demos if sql and _after_schema(d)]
         for demo in demos:
             answer = demo.get(output) if hasattr(demo, "get") else None
             if not answer or any(demo is d for d in inline):

@@ -76,10 +76,13 @@ def test_knn_artifact_round_trip(train: list[dspy.Example], tmp_path: Path) -> N
     with dspy.context(lm=lm):
         loaded.program(question=target.question, db_path=target.db_path)
     assert json.dumps(target.gold_sql)[1:-1] in json.dumps(lm.history[-1]["messages"])
-    assert loaded.program.knn_pool["compact_same_db"] is True
+    assert loaded.program.knn_pool["same_db"] == "turns"
     # an artefact saved before the switch existed showed every demo's schema: it still does
-    older = _rewrite(path, lambda p: p["knn"].pop("compact_same_db"))
-    assert sqlweave.load(older).program.knn_pool["compact_same_db"] is False
+    older = _rewrite(path, lambda p: p["knn"].pop("same_db"))
+    assert sqlweave.load(older).program.knn_pool["same_db"] == "full"
+    bad = _rewrite(path, lambda p: p["knn"].update(same_db="sideways"))
+    with pytest.raises(ArtifactError, match="same_db must be one of turns, inline, full"):
+        load_program(bad)
 
 
 def _rewrite(path: Path, edit: callable) -> Path:

@@ -120,39 +120,53 @@ def _two_db_pool() -> list[dict]:
     ]
 
 
-@pytest.mark.parametrize("layout", ["chat", "script"])
-def test_own_database_demos_follow_the_questions_schema_instead_of_repeating_it(layout):
-    compiled = attach_knn(programs.get("direct", prompt_layout=layout), _two_db_pool(), 2)
+def _messages(program) -> list[dict]:
     lm = DummyLM([{"sql": "SELECT 2"}])
     with dspy.context(lm=lm):
-        compiled(question=QUESTION, db=str(DEMO_CONCERT_DB))
-    messages = lm.history[-1]["messages"]
+        program(question=QUESTION, db=str(DEMO_CONCERT_DB))
+    return lm.history[-1]["messages"]
+
+
+@pytest.mark.parametrize("layout", ["chat", "script"])
+def test_own_database_demos_are_turns_pointing_at_the_questions_schema(layout):
+    compiled = attach_knn(programs.get("direct", prompt_layout=layout), _two_db_pool(), 2)
+    messages = _messages(compiled)
+    own = next(m["content"] for m in messages[:-1] if "List the stadium names." in m["content"])
+    assert SAME_DB_SCHEMA in own and "CREATE TABLE t" not in own
+    # the other database's demo keeps its own schema; the question's turn holds no demo
+    other = next(m["content"] for m in messages[:-1] if "How many shops?" in m["content"])
+    assert "CREATE TABLE t" in other and SAME_DB_SCHEMA not in other
+    assert "List the stadium names." not in messages[-1]["content"]
+    assert compiled.knn_pool["same_db"] == "turns"
+
+    full = attach_knn(
+        programs.get("direct", prompt_layout=layout), _two_db_pool(), 2, same_db="full"
+    )
+    own = next(m["content"] for m in _messages(full) if "List the stadium names." in m["content"])
+    assert "CREATE TABLE t" in own and SAME_DB_SCHEMA not in own
+
+
+@pytest.mark.parametrize("layout", ["chat", "script"])
+def test_inline_own_database_demos_follow_the_questions_schema(layout):
+    compiled = attach_knn(
+        programs.get("direct", prompt_layout=layout), _two_db_pool(), 2, same_db="inline"
+    )
+    messages = _messages(compiled)
     final = messages[-1]["content"]
-    # the own database's demo: inside the question's turn, after its schema, before the question
-    assert final.startswith("CREATE TABLE") or layout == "chat"
+    # inside the question's turn, after its schema, before the question
     schema_end = final.index('REFERENCES "concert"')
     assert schema_end < final.index("List the stadium names.") < final.index("SELECT 'B'")
     assert final.index("SELECT 'B'") < final.index(QUESTION)
-    assert SAME_DB_SCHEMA not in json.dumps(messages) and final.count("CREATE TABLE t") == 0
-    # the other database's demo: a turn of its own, with its own schema
+    assert SAME_DB_SCHEMA not in json.dumps(messages) and "after_schema" not in json.dumps(messages)
     other = next(m["content"] for m in messages[:-1] if "How many shops?" in m["content"])
     assert "CREATE TABLE t" in other
-
-    full = attach_knn(
-        programs.get("direct", prompt_layout=layout), _two_db_pool(), 2, compact_same_db=False
-    )
-    lm = DummyLM([{"sql": "SELECT 2"}])
-    with dspy.context(lm=lm):
-        full(question=QUESTION, db=str(DEMO_CONCERT_DB))
-    turns = lm.history[-1]["messages"]
-    assert "List the stadium names." not in turns[-1]["content"]
-    assert any("List the stadium names." in m["content"] for m in turns[:-1])
-    assert full.knn_pool["compact_same_db"] is False and compiled.knn_pool["compact_same_db"]
+    with pytest.raises(ValueError, match="same_db must be one of"):
+        attach_knn(programs.get("direct"), _two_db_pool(), 2, same_db="sideways")
 
 
-def test_the_prompt_starts_with_the_schema_whatever_demos_the_question_draws():
+def test_inline_prompts_start_with_the_schema_whatever_demos_the_question_draws():
     """Two questions on one database share the prompt up to the end of the schema: the engine's
-    prefix cache reads the schema once (the point of showing own-database demos after it)."""
+    prefix cache reads the schema once (the point of ``same_db="inline"``)."""
     pool = [
         *_two_db_pool(),
         {
@@ -161,7 +175,7 @@ def test_the_prompt_starts_with_the_schema_whatever_demos_the_question_draws():
             "demos": {"generate": _demo("How many concerts?", "SELECT 'C'")},
         },
     ]
-    compiled = attach_knn(programs.get("direct", prompt_layout="script"), pool, 1)
+    compiled = attach_knn(programs.get("direct", prompt_layout="script"), pool, 1, same_db="inline")
     prompts = []
     for question in ("List every stadium.", "How many concerts were held?"):
         lm = DummyLM([{"sql": "SELECT 2"}])
