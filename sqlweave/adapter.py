@@ -111,6 +111,17 @@ AFTER_SCHEMA = "after_schema"
 schema, instead of a turn of its own (``knn``'s ``same_db="inline"``)."""
 
 
+def _solved(demos: Sequence[Any], output: str) -> list[tuple[str, str]]:
+    """``(question, answer)`` of each demo that has an answer, both stripped."""
+    pairs = []
+    for demo in demos:
+        get = _getter(demo)
+        answer = str(get(output, "") or "").strip()
+        if answer:
+            pairs.append((str(get("question", "") or "").strip(), answer))
+    return pairs
+
+
 def _after_schema(demo: Any) -> bool:
     """Whether ``demo`` goes inside the question's turn (:data:`AFTER_SCHEMA`)."""
     return bool(_getter(demo)(AFTER_SCHEMA, False))
@@ -266,12 +277,7 @@ class SQLAdapter(ChatAdapter):
             text = _present(get(name, None))
             if text:
                 parts.append(text)
-        examples = [
-            f"{_comment(str(_getter(d)('question', '')).strip())}\n"
-            f"{str(_getter(d)(output)).strip().rstrip(';')};"
-            for d in solved
-            if _getter(d)(output, None)
-        ]
+        examples = [f"{_comment(q)}\n{sql.rstrip(';')};" for q, sql in _solved(solved, output)]
         if examples:
             parts.append("-- Questions on these tables, answered:\n" + "\n".join(examples))
         comments: list[str] = []
@@ -321,10 +327,8 @@ class SQLAdapter(ChatAdapter):
             if name in _SCHEMA_FIELDS and (text := _present(get(name, None)))
         ]
         examples = [
-            f"{_labelled('question', str(_getter(d)('question', '')).strip())}\n"
-            f"{_labelled('sql', str(_getter(d)(output)).strip())}"
-            for d in solved
-            if _getter(d)(output, None)
+            f"{_labelled('question', q)}\n{_labelled('sql', sql)}"
+            for q, sql in _solved(solved, output)
         ]
         if examples:
             parts.append("Questions on these tables, answered:\n\n" + "\n\n".join(examples))
