@@ -124,6 +124,15 @@ def _records(summary_path: Path) -> list[dict[str, Any]]:
     return read_records(PROTOCOL_RESULTS / s["records"])
 
 
+def _portable(record: dict[str, Any]) -> dict[str, Any]:
+    """The artefact's record of the synthetic set without this machine's paths."""
+    databases = [
+        {k: v for k, v in entry.items() if k not in ("db", "file")}
+        for entry in record.get("databases", [])
+    ]
+    return {**record, "databases": databases}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--program", default="direct")
@@ -162,7 +171,7 @@ def main() -> None:
         "slice": args.slice,
         "model": args.model,
         "k": args.k,
-        "synthetic": (meta.get("extra") or {}).get("synthetic"),
+        "synthetic": _portable((meta.get("extra") or {}).get("synthetic") or {}),
         "rows": {name: _row(path) for name, path in rows.items()},
         "synthetic_vs": {
             name: compare(_records(rows["synthetic"]), _records(rows[name]))
