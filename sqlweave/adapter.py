@@ -111,8 +111,9 @@ AFTER_SCHEMA = "after_schema"
 schema, instead of a turn of its own (``knn``'s ``same_db="inline"``)."""
 
 
-def _solved(demos: Sequence[Any], output: str) -> list[tuple[str, str]]:
-    """``(question, answer)`` of each demo that has an answer, both stripped."""
+def _solved(demos: Sequence[Any], signature: type[Signature]) -> list[tuple[str, str]]:
+    """``(question, answer)`` of each demo that answers ``signature``'s output, both stripped."""
+    output = _text_output(signature) or ""
     pairs = []
     for demo in demos:
         get = _getter(demo)
@@ -217,31 +218,26 @@ class SQLAdapter(ChatAdapter):
         elif chat:
             messages.append({"role": "system", "content": self._chat_system(signature, inputs)})
 
-        def block_of(values: Any, final: bool) -> str:
-            if chat:
-                return self._chat_block(signature, values)
-            if sql:
-                return self._sql_block(signature, values, instructions=final)
-            return self._user_block(signature, values)
-
         # Demos marked AFTER_SCHEMA go inside the question's turn, right after the schema: the
         # schema stays the prompt's first tokens, so questions on one database share it in the
         # engine's prefix cache (turns before it make every prompt differ from its start).
         inline = [d for d in demos if sql and _after_schema(d)]
+
+        def block_of(values: Any, final: bool) -> str:
+            solved = inline if final else ()
+            if chat:
+                return self._chat_block(signature, values, solved=solved)
+            if sql:
+                return self._sql_block(signature, values, instructions=final, solved=solved)
+            return self._user_block(signature, values)
+
         for demo in demos:
             answer = demo.get(output) if hasattr(demo, "get") else None
-            if not answer or any(demo is d for d in inline):
+            if not answer or (sql and _after_schema(demo)):
                 continue
             messages.append({"role": "user", "content": block_of(demo, False)})
             messages.append({"role": "assistant", "content": str(answer).strip()})
-        if chat:
-            block = self._chat_block(signature, inputs, solved=inline, output=output)
-        elif inline:
-            block = self._sql_block(
-                signature, inputs, instructions=True, solved=inline, output=output
-            )
-        else:
-            block = block_of(inputs, True)
+        block = block_of(inputs, True)
         messages.append({"role": "user", "content": block})
         if prefill:
             messages.append({"role": "assistant", "content": "SELECT"})
@@ -254,7 +250,6 @@ class SQLAdapter(ChatAdapter):
         *,
         instructions: bool,
         solved: Sequence[Any] = (),
-        output: str = "sql",
     ) -> str:
         """The prompt of a SQL-writing signature, laid out as a SQL script.
 
@@ -277,7 +272,7 @@ class SQLAdapter(ChatAdapter):
             text = _present(get(name, None))
             if text:
                 parts.append(text)
-        examples = [f"{_comment(q)}\n{sql.rstrip(';')};" for q, sql in _solved(solved, output)]
+        examples = [f"{_comment(q)}\n{sql.rstrip(';')};" for q, sql in _solved(solved, signature)]
         if examples:
             parts.append("-- Questions on these tables, answered:\n" + "\n".join(examples))
         comments: list[str] = []
@@ -314,7 +309,6 @@ class SQLAdapter(ChatAdapter):
         values: Any,
         *,
         solved: Sequence[Any] = (),
-        output: str = "sql",
     ) -> str:
         """The chat layout's user turn: the schema, a blank line, other inputs labelled, the
         question last (``naive``'s reference prompt, with any further inputs between). Demos of
@@ -328,7 +322,7 @@ class SQLAdapter(ChatAdapter):
         ]
         examples = [
             f"{_labelled('question', q)}\n{_labelled('sql', sql)}"
-            for q, sql in _solved(solved, output)
+            for q, sql in _solved(solved, signature)
         ]
         if examples:
             parts.append("Questions on these tables, answered:\n\n" + "\n\n".join(examples))
