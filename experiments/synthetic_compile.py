@@ -28,18 +28,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from compile_vs_uncompiled import _interval, _run
 from protocol import RESULTS as PROTOCOL_RESULTS
 from protocol import stem as protocol_stem
 from run_programs import _commit, model_tag
 
 from sqlweave.data import load_slice
 from sqlweave.evaluate import compare, read_records
+from sqlweave.optimizers.synthetic import cache_dir
 
 HERE = Path(__file__).resolve().parent
 PAIRS = HERE / "results" / "synthesis"
@@ -47,9 +48,8 @@ DEFAULT_MODEL = "local:qwen2.5-coder-1.5b"
 
 
 def work_dir(slice_name: str) -> Path:
-    root = os.environ.get("SQLWEAVE_CACHE")
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "sqlweave"
-    return base / "synthetic-experiments" / slice_name
+    """Beside the library's synthetic cache (``$SQLWEAVE_CACHE`` or ``~/.cache/sqlweave``)."""
+    return cache_dir().parent / "synthetic-experiments" / slice_name
 
 
 def stage_pairs(slice_name: str, pairs_dir: Path, out_dir: Path) -> list[Path]:
@@ -75,53 +75,46 @@ def stage_pairs(slice_name: str, pairs_dir: Path, out_dir: Path) -> list[Path]:
     return sorted(paths.values())
 
 
-def _run(cmd: list[str]) -> None:
-    print("$", " ".join(cmd[1:]), flush=True)
-    subprocess.run(cmd, check=True, cwd=HERE)
+def compile_knn(args: argparse.Namespace, artefact: Path, data: list[str]) -> None:
+    """``sqlweave compile`` of the program with ``knn`` (``--k`` demos) on ``data``'s options."""
+    cmd = [sys.executable, "-m", "sqlweave", "compile", "--program", args.program]
+    cmd += ["--optimizer", "knn", "--max-demos", str(args.k), "--model", args.model, *data]
+    _run([*cmd, "--out", str(artefact), "--no-progress"], dict(os.environ))
 
 
-def compile_synthetic(args: argparse.Namespace, artefact: Path) -> None:
+def synthetic_data(args: argparse.Namespace) -> list[str]:
+    """The compile options of the slice's own synthesized pairs (staged first)."""
     dbs = stage_pairs(args.slice, args.pairs, work_dir(args.slice))
-    cmd = [sys.executable, "-m", "sqlweave", "compile", "--program", args.program]
-    cmd += ["--optimizer", "knn", "--max-demos", str(args.k), "--model", args.model]
-    for db in dbs:
-        cmd += ["--db", str(db)]
-    cmd += ["--synthesize", str(args.n), "--synthetic-out", str(work_dir(args.slice) / "pairs")]
-    _run([*cmd, "--out", str(artefact), "--no-progress"])
+    data = [part for db in dbs for part in ("--db", str(db))]
+    return [
+        *data,
+        "--synthesize",
+        str(args.n),
+        "--synthetic-out",
+        str(work_dir(args.slice) / "pairs"),
+    ]
 
 
-def compile_spider(args: argparse.Namespace, artefact: Path) -> None:
-    cmd = [sys.executable, "-m", "sqlweave", "compile", "--program", args.program]
-    cmd += ["--optimizer", "knn", "--max-demos", str(args.k), "--model", args.model]
-    cmd += ["--train", "spider", "--n-train", "1000", "--val", args.slice, "--n-val", "4"]
-    _run([*cmd, "--out", str(artefact), "--no-progress"])
+def spider_data(args: argparse.Namespace) -> list[str]:
+    """The compile options of Spider train (the slice's databases held out by ``--val``)."""
+    return ["--train", "spider", "--n-train", "1000", "--val", args.slice, "--n-val", "4"]
 
 
-def protocol(args: argparse.Namespace, *, program: str, artefact: Path | None = None) -> Path:
-    """Run (or resume) ``protocol.py`` and return its summary's path."""
-    config = f"compiled-{artefact.name.split('__')[1]}" if artefact else ""
+def protocol(
+    args: argparse.Namespace, *, program: str, artefact: Path | None = None, config: str = ""
+) -> dict[str, Any]:
+    """Run (or resume) ``protocol.py``; its summary and records, read once."""
     cmd = [sys.executable, str(HERE / "protocol.py"), "--slice", args.slice, "--model", args.model]
     cmd += ["--artifact", str(artefact), "--config", config] if artefact else ["--program", program]
     if args.n_threads:
         cmd += ["--n-threads", str(args.n_threads)]
-    _run(cmd)
-    return PROTOCOL_RESULTS / f"{protocol_stem(program, config, args.slice, args.model)}.json"
-
-
-def _row(summary_path: Path) -> dict[str, Any]:
-    s = json.loads(summary_path.read_text())
+    _run(cmd, dict(os.environ))
+    path = PROTOCOL_RESULTS / f"{protocol_stem(program, config, args.slice, args.model)}.json"
+    summary = json.loads(path.read_text())
     return {
-        "n": s["n"],
-        "ex": s["ex"],
-        "interval": s["interval"],
-        "seconds_per_q": (s.get("usage") or {}).get("wall_seconds"),
-        "records": s["records"],
+        "row": _interval(summary),
+        "records": read_records(PROTOCOL_RESULTS / summary["records"]),
     }
-
-
-def _records(summary_path: Path) -> list[dict[str, Any]]:
-    s = json.loads(summary_path.read_text())
-    return read_records(PROTOCOL_RESULTS / s["records"])
 
 
 def _portable(record: dict[str, Any]) -> dict[str, Any]:
@@ -155,27 +148,29 @@ def main() -> None:
     # Artefacts beside the staged pairs, not under results/: they record this machine's paths,
     # and a knn compile rebuilds them in seconds with no LM call.
     knn = "knn" if args.k == 4 else f"knn{args.k}"  # the file names of k = 4, the first design
-    synthetic = work_dir(args.slice) / f"{args.program}__{knn}-synthetic__{tag}.artefact.json"
-    if not synthetic.exists():
-        compile_synthetic(args, synthetic)
-    rows["synthetic"] = protocol(args, program=args.program, artefact=synthetic)
-    if args.spider:
-        spider = work_dir(args.slice) / f"{args.program}__{knn}-spider__{tag}.artefact.json"
-        if not spider.exists():
-            compile_spider(args, spider)
-        rows["spider"] = protocol(args, program=args.program, artefact=spider)
+    compiles = {"synthetic": synthetic_data, **({"spider": spider_data} if args.spider else {})}
+    artefacts: dict[str, Path] = {}
+    for name, data in compiles.items():
+        optimizer = f"{knn}-{name}"
+        artefact = work_dir(args.slice) / f"{args.program}__{optimizer}__{tag}.artefact.json"
+        if not artefact.exists():
+            compile_knn(args, artefact, data(args))
+        artefacts[name] = artefact
+        rows[name] = protocol(
+            args, program=args.program, artefact=artefact, config=f"compiled-{optimizer}"
+        )
 
-    meta = json.loads(synthetic.read_text())["meta"]
+    meta = json.loads(artefacts["synthetic"].read_text())["meta"]
     result = {
         "program": args.program,
         "slice": args.slice,
         "model": args.model,
         "k": args.k,
         "synthetic": _portable((meta.get("extra") or {}).get("synthetic") or {}),
-        "rows": {name: _row(path) for name, path in rows.items()},
+        "rows": {name: run["row"] for name, run in rows.items()},
         "synthetic_vs": {
-            name: compare(_records(rows["synthetic"]), _records(rows[name]))
-            for name in rows
+            name: compare(rows["synthetic"]["records"], run["records"])
+            for name, run in rows.items()
             if name != "synthetic"
         },
         "commit": _commit(),
