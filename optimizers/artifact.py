@@ -167,11 +167,17 @@ def read_artifact(path: str | Path) -> dict[str, Any]:
 
 
 def _knn_problem(knn: dict[str, Any]) -> str | None:
-    """What is wrong with a KNN demo pool, or None: ``k`` an int >= 0, every item an object
-    with a string ``question`` and ``demos`` mapping predictor names to demo objects."""
+    """What is wrong with a KNN demo pool, or None: ``k`` an int >= 0, ``same_db`` (when given)
+    one of :data:`~sqlweave.optimizers.knn.SAME_DB_DEMOS`, every item an object with a string
+    ``question`` and ``demos`` mapping predictor names to demo objects."""
     k = knn["k"]
     if isinstance(k, bool) or k < 0:
         return f"'knn.k' must be a number of demos (0 or more), not {k!r}"
+    from sqlweave.optimizers.knn import SAME_DB_DEMOS
+
+    same_db = knn.get("same_db", "full")
+    if same_db not in SAME_DB_DEMOS:
+        return f"'knn.same_db' must be one of {', '.join(SAME_DB_DEMOS)}, not {same_db!r}"
     for i, item in enumerate(knn["pool"]):
         if not isinstance(item, dict):
             return f"'knn.pool' item {i} is not an object"
@@ -270,10 +276,5 @@ def load_program(path: str | Path) -> tuple[SQLProgram, ArtifactMeta]:
 
         # An artefact saved before the switch existed showed every demo's schema in full.
         same_db = payload["knn"].get("same_db", "full")
-        try:
-            program = attach_knn(
-                program, payload["knn"]["pool"], payload["knn"]["k"], same_db=same_db
-            )
-        except ValueError as err:
-            raise ArtifactError(f"{path} is corrupted or incompatible: 'knn.{err}") from err
+        program = attach_knn(program, payload["knn"]["pool"], payload["knn"]["k"], same_db=same_db)
     return program, meta

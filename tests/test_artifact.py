@@ -81,7 +81,9 @@ def test_knn_artifact_round_trip(train: list[dspy.Example], tmp_path: Path) -> N
     older = _rewrite(path, lambda p: p["knn"].pop("same_db"))
     assert sqlweave.load(older).program.knn_pool["same_db"] == "full"
     bad = _rewrite(path, lambda p: p["knn"].update(same_db="sideways"))
-    with pytest.raises(ArtifactError, match="same_db must be one of turns, inline, full"):
+    with pytest.raises(
+        ArtifactError, match="'knn.same_db' must be one of turns, inline, full, not 'sideways'"
+    ):
         load_program(bad)
 
 
