@@ -36,6 +36,12 @@ def generator_of(candidate: dict[str, Any]) -> str:
     return origin_generator(candidate.get("origin"))
 
 
+def is_greedy(candidate: dict[str, Any]) -> bool:
+    from sqlweave.programs.voting import origin_is_greedy
+
+    return origin_is_greedy(candidate.get("origin"))
+
+
 def replay_vote(
     candidates: Sequence[dict[str, Any]], weights: dict[str, float] | None = None
 ) -> bool:
@@ -93,9 +99,7 @@ def table(records: Sequence[dict[str, Any]], subsets: bool = True) -> dict[str, 
     ]
     for name in names:
         own = [[c for c in r.get("candidates") or [] if generator_of(c) == name] for r in records]
-        greedy = [
-            next((c for c in cands if c["origin"].endswith(":greedy")), None) for cands in own
-        ]
+        greedy = [next((c for c in cands if is_greedy(c)), None) for cands in own]
         rows[name] = {
             "greedy_ex": 100 * sum(bool(g and g.get("correct")) for g in greedy) / n,
             "vote_ex": 100 * sum(replay_vote(c) for c in own if c) / n,

@@ -14,6 +14,9 @@ be switched to, each scored against the gold query with the benchmark's semantic
   (``selector=across`` of the ``ensemble`` program);
 * each over every subset of the run's generators, with the greedy candidate weighted 1 or 2.
 
+With ``--repair joins`` each candidate that fails to run is first given the joins its stray
+columns need (what ``repair=joins`` does in the program; no LM call).
+
 With ``--runoff`` it also replays the ``runoff`` selector, which does call the LM: the vote, and
 when the runner-up holds ``threshold`` of the leader's weight, the LM chooses between the two
 leading answers shown with their results (CHASE-SQL's pairwise choice). That costs one call per
@@ -39,7 +42,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from sqlweave.programs.voting import origin_generator
+from sqlweave.programs.voting import origin_generator, origin_is_greedy
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ensemble"
 
@@ -127,7 +130,7 @@ def pick(
     chosen = [
         c for c in first_per_generator(cands, k) if origin_generator(c.get("origin")) in subset
     ]
-    weights = [greedy_w if str(c.get("origin")).endswith(":greedy") else 1.0 for c in chosen]
+    weights = [greedy_w if origin_is_greedy(c.get("origin")) else 1.0 for c in chosen]
     return chosen, weights
 
 
@@ -180,6 +183,42 @@ def replay(
         "ex": {k: pct(v) for k, v in sorted(hits.items(), key=lambda kv: -kv[1])},
         "oracle": {k: pct(v) for k, v in sorted(oracle.items(), key=lambda kv: -kv[1])},
     }
+
+
+def repair_joins(
+    records: Sequence[dict[str, Any]], examples: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """``records`` as the ``ensemble`` program with ``repair=joins`` would have drawn them: each
+    candidate that fails to run is given the joins its stray columns need
+    (:func:`sqlweave.programs.joins.complete_joins`) and, where that runs, replaced, its origin
+    marked ``:repaired``; the verdicts of replaced candidates are recomputed."""
+    from sqlweave.db import ExecutionError
+    from sqlweave.programs.feedback import execute_quietly
+    from sqlweave.programs.joins import complete_joins
+    from sqlweave.schema import introspect
+
+    out = []
+    for cands, example, judge in judged(records, examples, "joins"):
+        schema = introspect(judge.db)
+        fixed: dict[str, str | None] = {}
+        mended = []
+        for cand in cands:
+            sql = cand["sql"]
+            if sql not in fixed:
+                fixed[sql] = None
+                if isinstance(execute_quietly(judge.db, sql), ExecutionError):
+                    joined = complete_joins(sql, schema, judge.db.dialect, example.question)
+                    if joined and not isinstance(execute_quietly(judge.db, joined), ExecutionError):
+                        fixed[sql] = joined
+            new = fixed[sql]
+            if new is None:
+                mended.append(cand)
+            else:
+                origin = f"{cand.get('origin')}:repaired"
+                mended.append({**cand, "sql": new, "origin": origin, "group": None})
+        record = next(r for r in records if str(r["question_id"]) == str(example.question_id))
+        out.append({**record, "candidates": mended})
+    return out
 
 
 def strategy_of(key: str) -> tuple[tuple[str, ...], int | None, float]:
@@ -262,6 +301,9 @@ def main() -> None:
         help="comma-separated runoff thresholds to replay with the LM (e.g. 0.5,1)",
     )
     parser.add_argument("--runoff-top", type=int, default=3, help="vote strategies to runoff")
+    parser.add_argument(
+        "--repair", choices=("none", "joins"), default="none", help="repair failing candidates"
+    )
     parser.add_argument("--model", default="local:qwen2.5-coder-1.5b")
     parser.add_argument("--n-threads", type=int, default=None)
     args = parser.parse_args()
@@ -271,9 +313,12 @@ def main() -> None:
     examples = {str(ex.question_id): ex for ex in load_slice(args.slice)}
     sizes = [None, *(int(k) for k in args.samples.split(",") if k)]
     records = read_records(args.records)
+    if args.repair == "joins":
+        records = repair_joins(records, examples)
     result = replay(records, examples, sizes)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / (args.records.name.removesuffix(".jsonl") + ".replay.json")
+    suffix = "" if args.repair == "none" else f".{args.repair}"
+    out = RESULTS / (args.records.name.removesuffix(".jsonl") + f"{suffix}.replay.json")
     thresholds = [float(t) for t in args.runoff.split(",") if t]
     if thresholds:
         import sqlweave

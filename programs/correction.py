@@ -49,7 +49,10 @@ class CorrectionLoop(dspy.Module):
     * ``retry_on_empty``: an empty result (no rows or only NULLs) counts as a failure too;
     * ``reflect``: a :class:`~sqlweave.signatures.ReflectOnError` call states the cause before
       each :class:`~sqlweave.signatures.CorrectSQL` call (2 calls per round instead of 1);
-    * ``multi_turn``: the feedback lists every earlier attempt and its error, not only the last.
+    * ``multi_turn``: the feedback lists every earlier attempt and its error, not only the last;
+    * ``schema_hints``: an unknown table or column's error is followed by where the schema has
+      it and the keys that join it (:func:`~sqlweave.programs.feedback.schema_hint`): the 1.5B
+      model shown the bare error mostly returns the query unchanged.
 
     When no attempt succeeds the result is the last attempt that at least ran (e.g. returned an
     empty result), else the original query: a correction that still fails is no better than it.
@@ -62,6 +65,7 @@ class CorrectionLoop(dspy.Module):
         reflect: bool = False,
         multi_turn: bool = True,
         timeout_s: float = FEEDBACK_TIMEOUT_S,
+        schema_hints: bool = False,
     ) -> None:
         super().__init__()
         if max_rounds < 0:
@@ -71,6 +75,7 @@ class CorrectionLoop(dspy.Module):
         self.reflect = reflect
         self.multi_turn = multi_turn
         self.timeout_s = timeout_s
+        self.schema_hints = schema_hints
         self.correct = dspy.Predict(CorrectSQL)
         if reflect:
             self.reflector = dspy.Predict(ReflectOnError)
@@ -100,7 +105,9 @@ class CorrectionLoop(dspy.Module):
         current = sql
         rounds = 0
         while True:
-            result, text = describe_execution(database, current, timeout_s=self.timeout_s)
+            result, text = describe_execution(
+                database, current, timeout_s=self.timeout_s, hints=self.schema_hints
+            )
             history.append({"sql": current, "feedback": text})
             if result is not None:
                 best_ran = (current, result)

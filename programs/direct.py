@@ -18,7 +18,15 @@ from sqlweave.adapter import check_layout
 from sqlweave.db import Database
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
-from sqlweave.programs.voting import Sampler, sampled_origins, settle_for
+from sqlweave.programs.voting import (
+    Candidates,
+    Sampler,
+    VoteTally,
+    check_repair,
+    repair_failed,
+    sampled_origins,
+    settle_for,
+)
 from sqlweave.schema import prompt_schema
 from sqlweave.signatures import GenerateSQL
 
@@ -39,7 +47,10 @@ class DirectSQL(SQLProgram):
     greedy call; the selector is used only with ``samples > 1``) and ``corrector`` (default
     ``rules``: MageSQL's rule-based correction, no LM call; ``none``; ``execution`` fixes SQL
     that fails or returns nothing, one round) are stages of :mod:`sqlweave.programs.stages`, by
-    name or instance.
+    name or instance. ``repair`` (default ``none``) is a corrector for the candidates that fail
+    to run, before the selection (``joins``: the joins a column of an unjoined table needs, no
+    LM call), only where none runs (``repair_scope="fallback"``) or on each (``"all"``), at
+    most ``repair_max`` distinct queries (:func:`~sqlweave.programs.voting.repair_failed`).
 
     The defaults were chosen on validation (all 200 ``spider-train-val`` questions, the 1.5B
     model), by a rule written before the runs: a configuration replaces the default only if it
@@ -73,6 +84,9 @@ class DirectSQL(SQLProgram):
         temperature: float = 0.7,
         selector: str | dspy.Module = "vote",
         corrector: str | dspy.Module = "rules",
+        repair: str | dspy.Module = "none",
+        repair_scope: str = "fallback",
+        repair_max: int | None = None,
     ) -> None:
         if schema_layout not in self.SCHEMA_LAYOUTS:
             raise ValueError(
@@ -87,14 +101,24 @@ class DirectSQL(SQLProgram):
         self.generate = Generator(GenerateSQL, layout=prompt_layout, prefill=bool(prefill))
         self.linker = stage_registry.build("linker", linker)
         self.selector = stage_registry.build("selector", selector)
-        self.sampler = Sampler(
-            self.generate, n=samples, temperature=float(temperature), **settle_for(self.selector)
+        check_repair(repair_scope, repair_max)
+        self.repair_scope, self.repair_max = repair_scope, repair_max
+        self.repair = stage_registry.build(
+            "corrector", repair, settings={"execution": {"max_rounds": 1, "schema_hints": True}}
         )
+        # A repair of every failing candidate may revive one a settled vote counted out, so
+        # the sampler must not stop early then; a fallback repair acts only where nothing ran.
+        settle = {} if self._repairs_all else settle_for(self.selector)
+        self.sampler = Sampler(self.generate, n=samples, temperature=float(temperature), **settle)
         self.corrector = stage_registry.build(
             "corrector",
             corrector,
             settings={"execution": {"max_rounds": 1, "retry_on_empty": True}},
         )
+
+    @property
+    def _repairs_all(self) -> bool:
+        return not getattr(self.repair, "is_noop", False) and self.repair_scope == "all"
 
     def schema_text(self, db: Database, tables: set[str] | None = None) -> str:
         """The schema as the prompt shows it; ``tables`` (linked) keeps only theirs."""
@@ -116,8 +140,18 @@ class DirectSQL(SQLProgram):
         }
         candidates = self.sampler(db=db, **inputs)
         ran.record("generator")
-        sql = candidates[0]
         ask = {"db": db, "question": question, "evidence": evidence, "db_schema": schema_text}
+        origins = sampled_origins(self.name, len(candidates), greedy_first=True)
+        if not getattr(self.repair, "is_noop", False):
+            sqls = list(candidates)
+            tally = VoteTally(db, known=getattr(candidates, "outcomes", None))
+            scope, limit = self.repair_scope, self.repair_max
+            if repair_failed(
+                sqls, origins, tally.outcome, self.repair, ask, scope=scope, limit=limit
+            ):
+                ran.record("corrector", self.repair)
+                candidates = Candidates(sqls, tally.outcomes)
+        sql = candidates[0]
         if self.samples > 1:
             ran.record("sampler")
             sql = ran("selector", self.selector, candidates=candidates, **ask).sql
@@ -125,8 +159,8 @@ class DirectSQL(SQLProgram):
         return stage_registry.result(
             fixed.sql,
             stages=ran,
-            candidates=candidates,
-            origins=sampled_origins(self.name, len(candidates), greedy_first=True),
+            candidates=list(candidates),
+            origins=origins,
             linked=linked,
             history=fixed.history,
             schema=schema_text,

@@ -29,8 +29,10 @@ from sqlweave.programs.voting import (
     Sampler,
     VoteSelector,
     VoteTally,
+    check_repair,
     group_outcomes,
     origin_generator,
+    repair_failed,
     sampled_origins,
 )
 
@@ -98,6 +100,16 @@ class EnsembleSQL(SQLProgram):
     * ``candidate_rules`` (False): MageSQL's rules on *every* candidate as it is drawn, so one that
       fails on a misspelt column or a wrongly cased value joins the selection repaired (the
       early stop still holds: it sees the repaired candidates);
+    * ``repair`` (``none``): a corrector for the candidates that fail to run, applied before the
+      selection (``execution``: Dubo-SQL's and SEA-SQL's correction from the error message, one
+      round, the error followed by where the schema has the missing name and the keys that
+      join it) or ``joins`` (the joins a column of an unjoined table needs, no LM call:
+      :mod:`sqlweave.programs.joins`), so a query that only took a column from the wrong
+      table joins the vote instead of dropping out; ``repair_scope`` (``fallback``): only when
+      no candidate runs, or ``all``: every failing one (:func:`~sqlweave.programs.voting.
+      repair_failed` says why the default); ``repair_max`` (None: all): at most this many
+      distinct failing queries are repaired per question, those most candidates wrote first
+      (bound it for an LM repair). A repaired candidate's origin ends in ``:repaired``;
     * ``early_stop`` (True): stop drawing once the plain vote is settled (below). Off, every
       generator is asked whatever the vote says, so a run records each one's candidates (the
       per-generator table); the answer is the same either way.
@@ -107,6 +119,8 @@ class EnsembleSQL(SQLProgram):
     remaining ones return (:meth:`VoteTally.settled`), the rest are not drawn (exact: the same
     answer class wins). Within a generator's batch nothing stops early, and with weights, a
     runoff or the LM selector every candidate is drawn: a weighted or LM selection needs them.
+    With ``repair_scope="all"`` neither: a settled vote counts failed candidates out, and a
+    repaired one may join the runner-up.
     """
 
     name = "ensemble"
@@ -125,6 +139,9 @@ class EnsembleSQL(SQLProgram):
         corrector: str | dspy.Module = "rules",
         early_stop: bool = True,
         candidate_rules: bool = False,
+        repair: str | dspy.Module = "none",
+        repair_scope: str = "fallback",
+        repair_max: int | None = None,
     ) -> None:
         names = parse_names(generators)
         if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
@@ -144,6 +161,11 @@ class EnsembleSQL(SQLProgram):
             settings={"execution": {"max_rounds": 1, "retry_on_empty": True}},
         )
         self.rules = stage_registry.build("corrector", "rules") if candidate_rules else None
+        check_repair(repair_scope, repair_max)
+        self.repair_scope, self.repair_max = repair_scope, repair_max
+        self.repair = stage_registry.build(
+            "corrector", repair, settings={"execution": {"max_rounds": 1, "schema_hints": True}}
+        )
         for name in names:
             generator = generator_registry.build(name)
             setattr(self, f"gen_{name}", generator)
@@ -159,9 +181,12 @@ class EnsembleSQL(SQLProgram):
 
     @property
     def _plain_vote(self) -> bool:
-        """Whether the selection is the unweighted vote, which may stop the pool early."""
+        """Whether the selection is the unweighted vote, which may stop the pool early (a
+        repair of every failing candidate can revive one the settled vote counted out; a
+        fallback repair acts only where nothing ran, which no settled vote is)."""
         uniform = len(set(self.weight_of.values())) == 1 and self.greedy_weight == 1.0
-        return type(self.selector) is VoteSelector and uniform
+        settles = getattr(self.repair, "is_noop", False) or self.repair_scope == "fallback"
+        return type(self.selector) is VoteSelector and uniform and settles
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         """Besides the output contract (:mod:`sqlweave.programs.stages`): ``candidate_origins``
@@ -200,6 +225,13 @@ class EnsembleSQL(SQLProgram):
             ]
         if len(sqls) > len(drawn):
             ran.record("sampler")
+        if not getattr(self.repair, "is_noop", False):
+            mend = {**ask, "db": db, "db_schema": schema_text}
+            scope, limit = self.repair_scope, self.repair_max
+            if repair_failed(
+                sqls, origins, tally.outcome, self.repair, mend, scope=scope, limit=limit
+            ):
+                ran.record("corrector", self.repair)
         outcomes = {sql: tally.outcome(sql) for sql in dict.fromkeys(sqls)}
         pool = Candidates(sqls, outcomes)
         select_ask = {**ask, "db": db, "db_schema": schema_text}

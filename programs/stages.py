@@ -33,7 +33,8 @@ selector      ``first``; ``vote`` (PET-SQL's execution-majority vote); ``lm`` (R
               answer the most different generators hold; the vote breaks ties)
 corrector     ``none``; ``execution`` (Dubo-SQL / RSL-SQL: fix while the SQL fails or returns
               nothing); ``rules`` (MageSQL's rule-based correction, no LM call); ``mage``
-              (MageSQL's rules, then its guideline prompt on predicted-hard cases)
+              (MageSQL's rules, then its guideline prompt on predicted-hard cases);
+              ``joins`` (the joins a column of an unjoined table needs, no LM call)
 ============  ===============================================================================
 
 The other stages are shared classes rather than roles with alternatives: schema context
@@ -101,6 +102,7 @@ STAGES: dict[str, Registry] = {
             "execution": "sqlweave.programs.correction:CorrectionLoop",
             "rules": "sqlweave.programs.correction:RuleCorrector",
             "mage": "sqlweave.programs.mage:MageCorrector",
+            "joins": "sqlweave.programs.joins:JoinCorrector",
         },
         base=dspy.Module,
     ),

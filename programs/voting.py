@@ -237,10 +237,16 @@ class VoteTally:
     not in the other can (see :func:`equivalent`), which at worst ends a batch too early.
     """
 
-    def __init__(self, db: Database, timeout_s: float = FEEDBACK_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        db: Database,
+        timeout_s: float = FEEDBACK_TIMEOUT_S,
+        known: Mapping[str, QueryResult | ExecutionError] | None = None,
+    ) -> None:
         self.db = db
         self.timeout_s = timeout_s
-        self._outcomes: dict[str, QueryResult | ExecutionError] = {}
+        #: Outcomes by SQL; ``known`` ones (e.g. :attr:`Candidates.outcomes`) are not run again.
+        self._outcomes: dict[str, QueryResult | ExecutionError] = dict(known or {})
 
     def outcome(self, sql: str) -> QueryResult | ExecutionError:
         if sql not in self._outcomes:
@@ -529,6 +535,66 @@ def origin_generator(origin: str | None) -> str:
     """The generator an origin of :func:`sampled_origins` names (``"sea:greedy"`` -> ``"sea"``);
     ``"?"`` for a candidate recorded without one."""
     return str(origin or "?").split(":", 1)[0]
+
+
+#: Where a ``repair`` stage acts on a pool: ``fallback`` only when no candidate runs (a settled
+#: vote is never touched, so a settling sampler stays exact), ``all`` on every failing one.
+REPAIR_SCOPES = ("fallback", "all")
+
+
+def check_repair(scope: str, limit: int | None) -> None:
+    """Refuse a ``repair_scope`` or ``repair_max`` that means nothing, naming the choices."""
+    if scope not in REPAIR_SCOPES:
+        raise ValueError(f"repair_scope must be one of {', '.join(REPAIR_SCOPES)}, not {scope!r}")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise ValueError(f"repair_max must be None or an integer >= 0, got {limit!r}")
+
+
+def repair_failed(
+    sqls: list[str],
+    origins: list[str],
+    outcome: Callable[[str], QueryResult | ExecutionError],
+    repair: Any,
+    ask: dict[str, Any],
+    *,
+    scope: str = "fallback",
+    limit: int | None = None,
+) -> int:
+    """Repair, in place, the candidates that fail to run; returns how many were replaced.
+
+    The ``limit`` distinct failing queries most candidates wrote (the earliest of ties; None:
+    all) go to the corrector ``repair`` once each, with ``ask`` (db, question, evidence,
+    schema); where its answer runs, every copy is replaced and its origin marked
+    ``:repaired``. With ``scope="fallback"`` nothing happens while some candidate runs.
+
+    A repaired query that runs is not a right one: on spider-train-val, completing the joins of
+    every failing candidate of the ensemble's pool cost a point (its wrong readings, now
+    running, outvote right ones) while repairing only pools where nothing ran cost none, and
+    lifted bird-52, whose lookup tables the model leaves unjoined, from 50.0 to 67.3.
+    """
+    failing: dict[str, int] = {}
+    for sql in sqls:
+        if isinstance(outcome(sql), ExecutionError):
+            failing[sql] = failing.get(sql, 0) + 1
+    if not failing or (scope == "fallback" and len(failing) < len(set(sqls))):
+        return 0
+    replaced = 0
+    for broken in sorted(failing, key=lambda sql: -failing[sql])[:limit]:
+        fixed = repair(sql=broken, **ask).sql
+        if not fixed or fixed == broken or isinstance(outcome(fixed), ExecutionError):
+            continue
+        for i, sql in enumerate(sqls):
+            if sql == broken:
+                sqls[i] = fixed
+                origins[i] = f"{origins[i]}:repaired"
+                replaced += 1
+    return replaced
+
+
+def origin_is_greedy(origin: str | None) -> bool:
+    """Whether an origin names a generator's greedy candidate (``"sea:greedy"``, also once
+    repaired: ``"sea:greedy:repaired"``)."""
+    return str(origin or "").split(":")[1:2] == ["greedy"]
 
 
 def settle_for(selector: Any) -> dict[str, Any]:

@@ -129,6 +129,76 @@ def test_candidate_rules_repair_every_candidate_before_the_vote(db) -> None:
     assert mended.switches["candidate_rules"] is True
 
 
+def test_repair_fixes_failing_candidates_before_the_vote(db) -> None:
+    answers = [{"sql": BROKEN}, {"sql": OTHER}, {"sql": BROKEN}, {"sql": RIGHT}]
+    plain = EnsembleSQL(
+        generators="direct,sea", samples=2, corrector="none", early_stop=False, **VOTE
+    )
+    with dspy.context(lm=DummyLM(answers)):
+        assert plain(question=QUESTION, db=db).sql == OTHER  # 1 against 1: the first
+    mended = EnsembleSQL(
+        generators="direct,sea",
+        samples=2,
+        corrector="none",
+        repair="execution",
+        repair_scope="all",
+        **VOTE,  # the plain vote, yet no early stop: a repair may revive what it counted out
+    )
+    lm = DummyLM([*answers, {"corrected_sql": RIGHT}])
+    with dspy.context(lm=lm):
+        pred = mended(question=QUESTION, db=db)
+    assert pred.sql == RIGHT and pred.candidates.count(RIGHT) == 3
+    assert pred.candidate_origins == [
+        "direct:greedy:repaired",
+        "direct:sampled",
+        "sea:greedy:repaired",
+        "sea:sampled",
+    ]
+    assert "no such column" in lm.history[-1]["messages"][-1]["content"]  # the error was shown
+    assert mended.switches["repair"] == "execution" and mended.switches["repair_max"] is None
+
+
+def test_repair_max_bounds_the_calls_and_a_failed_repair_changes_nothing(db) -> None:
+    broken2 = "SELECT nam FROM singer"
+    answers = [{"sql": BROKEN}, {"sql": BROKEN}, {"sql": broken2}, {"sql": OTHER}]
+    one = EnsembleSQL(
+        generators="direct,sea",
+        samples=2,
+        corrector="none",
+        repair="execution",
+        repair_scope="all",
+        repair_max=1,
+    )
+    lm = DummyLM([*answers, {"corrected_sql": "SELECT still_wrong FROM singer"}])
+    with dspy.context(lm=lm):  # a question of its own: DSPy's cache holds the other tests' calls
+        pred = one(question="Which singers are there?", db=db)
+    repairs = [h for h in lm.history if "corrected_sql" in h["outputs"][0]]
+    assert len(repairs) == 1  # one repair: of the query written twice
+    assert BROKEN in repairs[0]["messages"][-1]["content"]
+    assert pred.candidates == [BROKEN, BROKEN, broken2, OTHER] and pred.sql == OTHER
+    with pytest.raises(ValueError, match="repair_max"):
+        EnsembleSQL(repair="execution", repair_max=-1)
+    with pytest.raises(ValueError, match="fallback, all"):
+        EnsembleSQL(repair="execution", repair_scope="sometimes")
+
+
+def test_a_fallback_repair_acts_only_where_nothing_ran(db) -> None:
+    question = "Which singers are from France, by name?"
+    fallback = EnsembleSQL(
+        generators="direct,sea", samples=2, corrector="none", repair="execution", **VOTE
+    )
+    assert fallback.switches["repair_scope"] == "fallback"
+    lm = DummyLM([{"sql": BROKEN}] * 3 + [{"sql": OTHER}, {"corrected_sql": RIGHT}])
+    with dspy.context(lm=lm):
+        pred = fallback(question=question, db=db)
+    assert not [h for h in lm.history if "corrected_sql" in h["outputs"][0]]  # OTHER ran
+    assert pred.sql == OTHER
+    lm = DummyLM([{"sql": BROKEN}] * 4 + [{"corrected_sql": RIGHT}])
+    with dspy.context(lm=lm):
+        pred = fallback(question=question + " ", db=db)
+    assert pred.sql == RIGHT and all(o.endswith(":repaired") for o in pred.candidate_origins)
+
+
 def test_across_picks_what_most_generators_agree_on(db) -> None:
     # direct's two candidates agree on OTHER; sea and pet each say RIGHT once
     answers = [{"sql": OTHER}, {"sql": OTHER}, {"sql": RIGHT}, {"sql": BROKEN}]

@@ -67,6 +67,24 @@ def sampling_options(request: Request) -> dict[str, Any]:
     return options
 
 
+def render_turns(llama: Any, messages: list[dict[str, str]]) -> Any:
+    """``messages`` rendered by the GGUF's own chat template, ending with the generation prompt
+    (the start of the assistant's turn): ``.prompt`` is the text, ``.stop`` the end-of-turn
+    strings. What the model reads before its answer, for a prefilled call or a score."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    template = llama.metadata.get("tokenizer.chat_template")
+    if not template:
+        raise ValueError("this GGUF file has no chat template; prefilled answers need one")
+    model = llama._model
+    formatter = Jinja2ChatFormatter(
+        template=template,
+        eos_token=model.token_get_text(llama.token_eos()),
+        bos_token=model.token_get_text(llama.token_bos()),
+    )
+    return formatter(messages=messages)
+
+
 def continue_assistant(
     llama: Any, messages: list[dict[str, str]], options: dict[str, Any]
 ) -> dict[str, Any]:
@@ -79,19 +97,8 @@ def continue_assistant(
     see one whole answer. Small models follow a prefilled ``SELECT`` far more reliably than an
     instruction to "reply with SQL only".
     """
-    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-    template = llama.metadata.get("tokenizer.chat_template")
-    if not template:
-        raise ValueError("this GGUF file has no chat template; prefilled answers need one")
-    model = llama._model
-    formatter = Jinja2ChatFormatter(
-        template=template,
-        eos_token=model.token_get_text(llama.token_eos()),
-        bos_token=model.token_get_text(llama.token_bos()),
-    )
     prefill = messages[-1]["content"]
-    rendered = formatter(messages=messages[:-1])
+    rendered = render_turns(llama, messages[:-1])
     stop = list(options.pop("stop", None) or [])
     template_stop = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop]
     stop.extend(token for token in template_stop if token and token not in stop)

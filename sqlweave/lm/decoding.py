@@ -474,6 +474,54 @@ class DecodingLlama:
             self.n_tokens += len(batch)
         self._requires_eval = False
 
+    def score_continuation(self, prompt: Sequence[int], continuation: Sequence[int]) -> list[float]:
+        """The log-probability of each token of ``continuation`` after ``prompt`` (natural log).
+
+        A likelihood, not a completion: nothing is sampled. The prompt reuses the live KV
+        cache's common prefix (scoring several continuations of one prompt evaluates it once),
+        is evaluated without logits up to its last token, and that token plus the continuation
+        are decoded in batches with logits at every row, as :meth:`_eval_all_logits` does,
+        each row's log-softmax read at the next token. Afterwards the cache holds
+        ``prompt + continuation[:-1]`` and ``input_ids`` / ``n_tokens`` say so, as after an
+        ordinary call, so the next completion or score reuses it.
+        """
+        import llama_cpp
+
+        prompt, continuation = list(prompt), list(continuation)
+        if not prompt or not continuation:
+            raise ValueError("scoring needs a non-empty prompt and continuation")
+        full = prompt + continuation
+        if len(full) > self._n_ctx:
+            raise ValueError(
+                f"prompt + continuation is {len(full)} tokens; the context holds {self._n_ctx}"
+            )
+        n_prompt = len(prompt)
+        reuse = min(common_prefix(self.input_ids[: self.n_tokens], full), n_prompt - 1)
+        self._ctx.kv_cache_seq_rm(-1, reuse, -1)
+        self.n_tokens = reuse
+        self.draft_model = None  # no drafts here: the upstream eval evaluates the prompt
+        head = full[reuse : n_prompt - 1]
+        if head:
+            super().eval(head)  # type: ignore[misc]
+        scored: list[float] = []
+        tail = full[n_prompt - 1 : -1]
+        n_vocab = int(self.n_vocab())  # type: ignore[attr-defined]
+        for start in range(0, len(tail), self.n_batch):
+            batch = tail[start : start + self.n_batch]
+            self._batch.set_batch(batch=batch, n_past=self.n_tokens, logits_all=True)
+            self._ctx.decode(self._batch)
+            for i in range(len(batch)):
+                row = np.ctypeslib.as_array(
+                    llama_cpp.llama_get_logits_ith(self._ctx.ctx, i), shape=(n_vocab,)
+                ).astype(np.float64)
+                top = float(row.max())
+                lse = top + float(np.log(np.exp(row - top).sum()))
+                scored.append(float(row[full[n_prompt + start + i]]) - lse)
+            self.input_ids[self.n_tokens : self.n_tokens + len(batch)] = batch
+            self.n_tokens += len(batch)
+        self._requires_eval = False
+        return scored
+
     def _snapshot_prompt(self) -> None:
         tokens = self.input_ids[: self.n_tokens]
         if not len(tokens) or self.prompt_states.holds(tokens):
