@@ -75,6 +75,7 @@ DEFAULT_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
         "linker": ("none", "tables", "values"),
         "samples": (1, 5),
         "corrector": ("rules", "none", "execution"),
+        "repair": ("none", "joins"),
     },
     "weave": {
         "num_demos": (0, 2, 4),
@@ -133,6 +134,7 @@ DEFAULT_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
         "greedy_weight": (2.0, 1.0),
         "selector": ("across", "vote", "runoff"),
         "candidate_rules": (False, True),
+        "repair": ("joins", "none"),
     },
     "dubo_v2": {
         "num_demos": (0, 2, 4),

@@ -100,16 +100,18 @@ class EnsembleSQL(SQLProgram):
     * ``candidate_rules`` (False): MageSQL's rules on *every* candidate as it is drawn, so one that
       fails on a misspelt column or a wrongly cased value joins the selection repaired (the
       early stop still holds: it sees the repaired candidates);
-    * ``repair`` (``none``): a corrector for the candidates that fail to run, applied before the
+    * ``repair`` (``joins``): a corrector for the candidates that fail to run, applied before the
       selection (``execution``: Dubo-SQL's and SEA-SQL's correction from the error message, one
       round, the error followed by where the schema has the missing name and the keys that
       join it) or ``joins`` (the joins a column of an unjoined table needs, no LM call:
       :mod:`sqlweave.programs.joins`), so a query that only took a column from the wrong
       table joins the vote instead of dropping out; ``repair_scope`` (``fallback``): only when
-      no candidate runs, or ``all``: every failing one (:func:`~sqlweave.programs.voting.
-      repair_failed` says why the default); ``repair_max`` (None: all): at most this many
-      distinct failing queries are repaired per question, those most candidates wrote first
-      (bound it for an LM repair). A repaired candidate's origin ends in ``:repaired``;
+      no candidate runs, or ``all``: every failing one (``repair_failed`` in
+      :mod:`sqlweave.programs.voting` says why the default); ``repair_max`` (None: all): at
+      most this many distinct failing queries are repaired per question, those most
+      candidates wrote first (bound it for an LM repair). A repaired candidate's origin ends
+      in ``:repaired``. On by default: a fallback repair only changes questions where every
+      candidate failed, whose answer could not have been right, so it cannot cost a point;
     * ``early_stop`` (True): stop drawing once the plain vote is settled (below). Off, every
       generator is asked whatever the vote says, so a run records each one's candidates (the
       per-generator table); the answer is the same either way.
@@ -139,7 +141,7 @@ class EnsembleSQL(SQLProgram):
         corrector: str | dspy.Module = "rules",
         early_stop: bool = True,
         candidate_rules: bool = False,
-        repair: str | dspy.Module = "none",
+        repair: str | dspy.Module = "joins",
         repair_scope: str = "fallback",
         repair_max: int | None = None,
     ) -> None:
