@@ -126,3 +126,36 @@ def test_direct_repairs_its_failing_sample_pool(concert: Database) -> None:
     assert pred.sql.count("JOIN") == 2 and _rows(concert, pred.sql) == [(2,)]
     assert pred.candidate_origins == ["direct:greedy:repaired", "direct:sampled:repaired"]
     assert mended.switches["repair"] == "joins" and mended.switches["repair_scope"] == "fallback"
+
+
+def test_schema_hints_say_where_a_missing_name_lives(concert: Database) -> None:
+    from sqlweave.programs.feedback import describe_execution, schema_hint
+
+    stray = "SELECT T2.Name FROM concert AS T1 JOIN singer_in_concert AS T2 ON T1.concert_ID = T2.concert_ID"
+    error = concert.try_execute(stray)
+    assert isinstance(error, ExecutionError)
+    hint = schema_hint(concert, stray, error)
+    assert "Table singer_in_concert has no column Name; its columns: concert_ID, Singer_ID." in hint
+    assert "Join singer_in_concert.Singer_ID = singer.Singer_ID." in hint
+    lost = "SELECT name FROM singers"
+    assert "the closest: singer" in schema_hint(concert, lost, concert.try_execute(lost))
+    assert schema_hint(concert, "SELEC 1", concert.try_execute("SELEC 1")) == ""
+    _, plain = describe_execution(concert, stray)
+    _, hinted = describe_execution(concert, stray, hints=True)
+    assert "Join" not in plain and hinted.startswith(plain) and hint in hinted
+
+
+def test_the_execution_repair_shows_the_hint(concert: Database) -> None:
+    from sqlweave.programs.correction import CorrectionLoop
+
+    stray = "SELECT T2.Name FROM concert AS T1 JOIN singer_in_concert AS T2 ON T1.concert_ID = T2.concert_ID"
+    lm = DummyLM([{"corrected_sql": "SELECT Name FROM singer"}])
+    with dspy.context(lm=lm):
+        out = CorrectionLoop(max_rounds=1, schema_hints=True)(
+            sql=stray, db=concert, question="Which singers sang in a concert?"
+        )
+    assert out.sql == "SELECT Name FROM singer"
+    assert (
+        "Join singer_in_concert.Singer_ID = singer.Singer_ID"
+        in lm.history[-1]["messages"][-1]["content"]
+    )
