@@ -38,30 +38,24 @@ RESULTS = Path(__file__).resolve().parent / "results" / "ensemble"
 SYSTEM = "You are a SQLite expert."
 
 
+def _messages(schema: str, evidence: str, shown: str, ask: str) -> list[dict[str, str]]:
+    """System line, then the schema first (the KV cache reads it once per database), the
+    evidence, what is shown and what is asked."""
+    hint = f"\n\nExternal knowledge: {evidence}" if evidence else ""
+    content = f"{schema}{hint}\n\n{shown}\n\n{ask}"
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": content}]
+
+
 def reviewer_messages(schema: str, sql: str, evidence: str = "") -> list[dict[str, str]]:
     """The reviewer's prompt: the schema, the query; the answer scored is the question."""
-    hint = f"\n\nExternal knowledge: {evidence}" if evidence else ""
-    return [
-        {"role": "system", "content": SYSTEM},
-        {
-            "role": "user",
-            "content": f"{schema}{hint}\n\nSQL query:\n{sql}\n\n"
-            "Write the question, in English, that this SQL query answers.",
-        },
-    ]
+    ask = "Write the question, in English, that this SQL query answers."
+    return _messages(schema, evidence, f"SQL query:\n{sql}", ask)
 
 
 def coder_messages(schema: str, question: str, evidence: str = "") -> list[dict[str, str]]:
     """The coder's prompt: the schema, the question; the answer scored is the SQL."""
-    hint = f"\n\nExternal knowledge: {evidence}" if evidence else ""
-    return [
-        {"role": "system", "content": SYSTEM},
-        {
-            "role": "user",
-            "content": f"{schema}{hint}\n\nQuestion: {question}\n\n"
-            "Write the SQLite query that answers the question.",
-        },
-    ]
+    ask = "Write the SQLite query that answers the question."
+    return _messages(schema, evidence, f"Question: {question}", ask)
 
 
 def distinct_texts(candidates: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -98,12 +98,7 @@ def test_the_joins_corrector_repairs_failing_ensemble_candidates(concert: Databa
     other = "SELECT Name FROM singer"
     answers = [{"sql": stray}, {"sql": other}, {"sql": stray}, {"sql": other}]
     program = EnsembleSQL(
-        generators="direct,sea",
-        samples=2,
-        corrector="none",
-        repair="joins",
-        repair_scope="all",
-        greedy_weight=3,
+        generators="direct,sea", samples=2, repair="joins", repair_scope="all", greedy_weight=3
     )
     with dspy.context(lm=DummyLM(answers)):
         pred = program(question=question, db=concert)

@@ -129,6 +129,18 @@ def test_candidate_rules_repair_every_candidate_before_the_vote(db) -> None:
     assert mended.switches["candidate_rules"] is True
 
 
+def _repairing(repair: str, **switches) -> EnsembleSQL:
+    """direct and sea, two candidates each, no corrector, ``repair`` on every failing one."""
+    return EnsembleSQL(
+        generators="direct,sea",
+        samples=2,
+        corrector="none",
+        repair=repair,
+        repair_scope="all",
+        **switches,
+    )
+
+
 def test_repair_fixes_failing_candidates_before_the_vote(db) -> None:
     answers = [{"sql": BROKEN}, {"sql": OTHER}, {"sql": BROKEN}, {"sql": RIGHT}]
     plain = EnsembleSQL(
@@ -136,14 +148,8 @@ def test_repair_fixes_failing_candidates_before_the_vote(db) -> None:
     )
     with dspy.context(lm=DummyLM(answers)):
         assert plain(question=QUESTION, db=db).sql == OTHER  # 1 against 1: the first
-    mended = EnsembleSQL(
-        generators="direct,sea",
-        samples=2,
-        corrector="none",
-        repair="execution",
-        repair_scope="all",
-        **VOTE,  # the plain vote, yet no early stop: a repair may revive what it counted out
-    )
+    # the plain vote, yet no early stop: a repair may revive what it counted out
+    mended = _repairing("execution", **VOTE)
     lm = DummyLM([*answers, {"corrected_sql": RIGHT}])
     with dspy.context(lm=lm):
         pred = mended(question=QUESTION, db=db)
@@ -161,14 +167,7 @@ def test_repair_fixes_failing_candidates_before_the_vote(db) -> None:
 def test_repair_max_bounds_the_calls_and_a_failed_repair_changes_nothing(db) -> None:
     broken2 = "SELECT nam FROM singer"
     answers = [{"sql": BROKEN}, {"sql": BROKEN}, {"sql": broken2}, {"sql": OTHER}]
-    one = EnsembleSQL(
-        generators="direct,sea",
-        samples=2,
-        corrector="none",
-        repair="execution",
-        repair_scope="all",
-        repair_max=1,
-    )
+    one = _repairing("execution", repair_max=1)
     lm = DummyLM([*answers, {"corrected_sql": "SELECT still_wrong FROM singer"}])
     with dspy.context(lm=lm):  # a question of its own: DSPy's cache holds the other tests' calls
         pred = one(question="Which singers are there?", db=db)
