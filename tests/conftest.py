@@ -167,6 +167,27 @@ def sqlite_ddl(db: Path) -> str:
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
+def concert_question(spider_root: Path, gold: str, question: str = "", qid: str = "q") -> Any:
+    """A recorded-run question on Spider's concert_singer whose gold query is ``gold``, as the
+    replay scripts of ``experiments/`` read one."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        question_id=qid,
+        question=question,
+        db_id="concert_singer",
+        db_path=spider_root / "database" / "concert_singer" / "concert_singer.sqlite",
+        gold_sql=gold,
+        source="spider",
+        semantics="official-spider",
+    )
+
+
+def recorded(*candidates: tuple[str, str], qid: str = "q") -> dict[str, Any]:
+    """A run's record of question ``qid`` with its ``(sql, origin)`` candidates."""
+    return {"question_id": qid, "candidates": [{"sql": s, "origin": o} for s, o in candidates]}
+
+
 def load_experiment(name: str) -> Any:
     """``experiments/<name>.py`` as a module, with ``experiments/`` on the path while it loads
     (the benchmarks import ``bench_lm`` beside them)."""

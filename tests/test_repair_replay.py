@@ -3,9 +3,7 @@ recorded candidates, on a real Spider database (no LM)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-from conftest import load_experiment
+from conftest import concert_question, load_experiment, recorded
 
 selection_replay = load_experiment("selection_replay")
 repair_replay = load_experiment("repair_replay")
@@ -20,20 +18,11 @@ STRAY = "SELECT count(*) FROM singer WHERE concert_Name = 'Super bootcamp'"
 OTHER = "SELECT count(*) FROM singer"
 
 
-def _question(spider_root) -> SimpleNamespace:
-    return SimpleNamespace(
-        question_id="q",
-        question=QUESTION,
-        db_id="concert_singer",
-        db_path=spider_root / "database" / "concert_singer" / "concert_singer.sqlite",
-        gold_sql=GOLD,
-        source="spider",
-        semantics="official-spider",
-    )
+def _question(spider_root):
+    return concert_question(spider_root, GOLD, QUESTION)
 
 
-def _record(*candidates: tuple[str, str]) -> dict:
-    return {"question_id": "q", "candidates": [{"sql": s, "origin": o} for s, o in candidates]}
+_record = recorded
 
 
 def test_failing_candidates_are_joined_and_marked(spider_root) -> None:

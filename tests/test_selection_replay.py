@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from conftest import load_experiment
+from conftest import concert_question, load_experiment, recorded
 
 selection_replay = load_experiment("selection_replay")
 
@@ -16,19 +16,10 @@ OTHER = "SELECT count(*) FROM singer"
 
 def _question(spider_root, qid: str) -> SimpleNamespace:
     """A concert_singer question whose gold is RIGHT."""
-    return SimpleNamespace(
-        question_id=qid,
-        db_id="concert_singer",
-        db_path=spider_root / "database" / "concert_singer" / "concert_singer.sqlite",
-        gold_sql=RIGHT,
-        source="spider",
-        semantics="official-spider",
-    )
+    return concert_question(spider_root, RIGHT, qid=qid)
 
 
-def _record(*candidates: tuple[str, str]) -> dict:
-    """A run's record of question "q" with its ``(sql, origin)`` candidates."""
-    return {"question_id": "q", "candidates": [{"sql": s, "origin": o} for s, o in candidates]}
+_record = recorded
 
 
 def _replay(spider_root, *candidates: tuple[str, str]) -> dict:
