@@ -6,7 +6,8 @@ The commonest way a small model's SQL fails to run is a column taken from the wr
 the ``ensemble`` program (Qwen2.5-Coder-1.5B) that is 215 of the 335 distinct failing queries on
 bird-52 and 382 of 537 on spider-dev-200: a missing join, not a missing idea. MageSQL's schema
 rule maps a name that exists nowhere to the closest one; this maps a name that exists, but
-elsewhere, by adding the joins along the shortest foreign-key path (at most ``max_hops``) from
+elsewhere, by adding the joins along the shortest foreign-key path (at most ``max_hops``; the
+keys its names imply where a schema declares none: :func:`keys_of`) from
 the table it was asked of (or from the query's tables, for an unqualified name) and pointing the
 column at the joined table. No LM call.
 
@@ -37,7 +38,7 @@ from sqlweave.programs.rules import (
     _Resolver,
     _sources,
 )
-from sqlweave.schema import Schema, Table, introspect
+from sqlweave.schema import ForeignKey, Schema, Table, introspect
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +54,40 @@ def _words(text: str) -> set[str]:
     return {w for w in re.split(r"[^a-z0-9]+", text.lower()) if len(w) > 2}
 
 
+def keys_of(schema: Schema) -> list[ForeignKey]:
+    """The schema's foreign keys; for a schema that declares none (a copy made without its
+    constraints, many a user's database), the keys its names imply. A table's key is its
+    one-column primary key, else a column named ``<table>_id``; another table's column of the
+    same name refers to it (``singer_in_concert.singer_id`` -> ``singer.singer_id``), or, for a
+    key named ``id``, a column named ``<table>_id`` (``hero_power.hero_id`` does not name
+    ``superhero``: no link)."""
+    if schema.foreign_keys:
+        return list(schema.foreign_keys)
+    implied = []
+    for target in schema.tables:
+        own = f"{target.name.lower()}_id"
+        if len(target.primary_key) == 1:
+            key = target.primary_key[0]
+        else:
+            key = next((c for c in target.column_names if c.lower() == own), "")
+        if not key:
+            continue
+        refers = own if key.lower() == "id" else key.lower()
+        for table in schema.tables:
+            if table is target:
+                continue
+            for column in table.column_names:
+                if column.lower() == refers:
+                    implied.append(ForeignKey(table.name, column, target.name, key))
+    return implied
+
+
 def _links(schema: Schema, table: str, words: set[str]) -> dict[str, Step | None]:
     """Each table one foreign key from ``table``, with the key's step; None where several keys
     link the pair (``eye_colour_id``, ``hair_colour_id`` -> ``colour``) and the question's
     words pick none of them out (or more than one)."""
     found: dict[str, list[Step]] = {}
-    for fk in schema.foreign_keys:
+    for fk in keys_of(schema):
         if fk.table.lower() == table:
             step = (fk.table, fk.column, fk.ref_table, fk.ref_column)
         elif fk.ref_table.lower() == table:
@@ -194,4 +223,4 @@ class JoinCorrector(dspy.Module):
         return dspy.Prediction(sql=fixed, rounds=1, history=history)
 
 
-__all__ = ["MAX_HOPS", "JoinCorrector", "Step", "complete_joins", "fk_path"]
+__all__ = ["MAX_HOPS", "JoinCorrector", "Step", "complete_joins", "fk_path", "keys_of"]

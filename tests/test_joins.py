@@ -154,3 +154,30 @@ def test_the_execution_repair_shows_the_hint(concert: Database) -> None:
         "Join singer_in_concert.Singer_ID = singer.Singer_ID"
         in lm.history[-1]["messages"][-1]["content"]
     )
+
+
+def test_a_schema_without_declared_keys_joins_on_the_keys_its_names_imply(tmp_path: Path) -> None:
+    from sqlweave.programs.joins import keys_of
+
+    path = tmp_path / "plain.sqlite"
+    with sqlite3.connect(path) as con:
+        con.executescript(
+            """
+            CREATE TABLE author (author_id INT, name TEXT);
+            CREATE TABLE book (id INTEGER PRIMARY KEY, author_id INT, title TEXT);
+            CREATE TABLE review (id INT, book_id INT, stars INT);
+            INSERT INTO author VALUES (1, 'Ann');
+            INSERT INTO book VALUES (7, 1, 'Dune');
+            INSERT INTO review VALUES (1, 7, 5);
+            """
+        )
+    db = Database.open(path)
+    schema = introspect(db)
+    links = {(k.table, k.column, k.ref_table, k.ref_column) for k in keys_of(schema)}
+    # author's key by its name, book's by its primary key "id" (named book_id elsewhere)
+    assert links == {
+        ("book", "author_id", "author", "author_id"),
+        ("review", "book_id", "book", "id"),
+    }
+    fixed = complete_joins("SELECT name FROM review WHERE stars = 5", schema)
+    assert fixed is not None and _rows(db, fixed) == [("Ann",)]

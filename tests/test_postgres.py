@@ -312,3 +312,16 @@ def test_unreachable_server_is_a_connection_error() -> None:
     with pytest.raises(ExecutionError) as info:
         Database.open("postgresql://nobody:x@127.0.0.1:1/none")
     assert info.value.kind == "connection"
+
+
+def test_join_completion_on_a_copy_without_declared_keys(pg: Database) -> None:
+    """The copy declares no keys; join completion falls back on the ones its names imply."""
+    from sqlweave.programs.joins import complete_joins, keys_of
+    from sqlweave.schema import introspect
+
+    schema = introspect(pg)
+    assert not schema.foreign_keys and keys_of(schema)
+    stray = "SELECT count(*) FROM singer WHERE concert_name = 'Super bootcamp'"
+    assert isinstance(pg.try_execute(stray), ExecutionError)
+    fixed = complete_joins(stray, schema, pg.dialect)
+    assert fixed is not None and pg.execute(fixed).rows == ((2,),)
