@@ -454,7 +454,9 @@ class DecodingLlama:
         stats.draft_tokens += len(tokens) - 1
         stats.eval_ms += (time.perf_counter() - started) * 1000
 
-    def _eval_all_logits(self, tokens: Sequence[int]) -> None:
+    def _eval_all_logits(
+        self, tokens: Sequence[int], read: Callable[[int, int], None] | None = None
+    ) -> None:
         """Evaluate a sampled token and its draft with logits at every position, so the
         sampler can check each drafted token against the model's own choice.
 
@@ -464,12 +466,16 @@ class DecodingLlama:
         fails past ``n_batch`` positions when that array was sized without it. Only these
         short batches need the logits, and nothing reads the copy, so neither happens here.
         A draft is shorter than ``n_batch`` (the engine caps it), so one decode holds them all.
+        ``read(start, n)``, when given, is called after each decode while its logits are there:
+        output ``i`` holds the logits after ``tokens[start + i]`` (:meth:`score_continuation`).
         """
         self._ctx.kv_cache_seq_rm(-1, self.n_tokens, -1)
         for start in range(0, len(tokens), self.n_batch):
             batch = list(tokens[start : start + self.n_batch])
             self._batch.set_batch(batch=batch, n_past=self.n_tokens, logits_all=True)
             self._ctx.decode(self._batch)
+            if read is not None:
+                read(start, len(batch))
             self.input_ids[self.n_tokens : self.n_tokens + len(batch)] = batch
             self.n_tokens += len(batch)
         self._requires_eval = False
@@ -480,8 +486,8 @@ class DecodingLlama:
         A likelihood, not a completion: nothing is sampled. The prompt reuses the live KV
         cache's common prefix (scoring several continuations of one prompt evaluates it once),
         is evaluated without logits up to its last token, and that token plus the continuation
-        are decoded in batches with logits at every row, as :meth:`_eval_all_logits` does,
-        each row's log-softmax read at the next token. Afterwards the cache holds
+        are decoded with logits at every row (:meth:`_eval_all_logits`), each row's
+        log-softmax read at the next token. Afterwards the cache holds
         ``prompt + continuation[:-1]`` and ``input_ids`` / ``n_tokens`` say so, as after an
         ordinary call, so the next completion or score reuses it.
         """
@@ -504,22 +510,18 @@ class DecodingLlama:
         if head:
             super().eval(head)  # type: ignore[misc]
         scored: list[float] = []
-        tail = full[n_prompt - 1 : -1]
         n_vocab = int(self.n_vocab())  # type: ignore[attr-defined]
-        for start in range(0, len(tail), self.n_batch):
-            batch = tail[start : start + self.n_batch]
-            self._batch.set_batch(batch=batch, n_past=self.n_tokens, logits_all=True)
-            self._ctx.decode(self._batch)
-            for i in range(len(batch)):
+
+        def read(start: int, n: int) -> None:
+            for i in range(n):
                 row = np.ctypeslib.as_array(
                     llama_cpp.llama_get_logits_ith(self._ctx.ctx, i), shape=(n_vocab,)
                 ).astype(np.float64)
                 top = float(row.max())
                 lse = top + float(np.log(np.exp(row - top).sum()))
-                scored.append(float(row[full[n_prompt + start + i]]) - lse)
-            self.input_ids[self.n_tokens : self.n_tokens + len(batch)] = batch
-            self.n_tokens += len(batch)
-        self._requires_eval = False
+                scored.append(float(row[continuation[start + i]]) - lse)
+
+        self._eval_all_logits(full[n_prompt - 1 : -1], read)
         return scored
 
     def _snapshot_prompt(self) -> None:

@@ -10,7 +10,6 @@ error rather than approximated.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,9 +80,3 @@ def score_answer(lm: Any, messages: list[dict[str, str]], answer: str) -> Scored
     loaded = _engine(lm)._loaded()
     prompt = render_turns(loaded.llama, messages).prompt
     return score(lm, prompt, answer)
-
-
-def score_many(lm: Any, pairs: Sequence[tuple[str, str]]) -> list[Scored]:
-    """:func:`score` for each ``(prompt, continuation)``, in order (put pairs sharing a prompt
-    next to each other)."""
-    return [score(lm, prompt, continuation) for prompt, continuation in pairs]
