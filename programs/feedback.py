@@ -8,7 +8,6 @@ models read a header with no rows as success.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from sqlweave.db import Database, ExecutionError, QueryResult
 
@@ -130,9 +129,13 @@ def schema_hint(db: Database, sql: str, error: ExecutionError) -> str:
             )
         return " ".join(hints)
     hints.append(f"{name} is a column of {', '.join(t.name for t in holders[:3])}.")
-    path = _join_path(schema, [t.name for t in used], [t.name for t in holders])
-    if path:
-        hints.append("Join " + ", ".join(path) + ".")
+    if used and not any(t in holders for t in used):
+        from sqlweave.programs.joins import fk_path
+
+        found = fk_path(schema, [t.name for t in used], [t.name for t in holders], max_hops=3)
+        if found is not None:
+            steps = (f"{a}.{b} = {c}.{d}" for a, b, c, d in found[1])
+            hints.append("Join " + ", ".join(steps) + ".")
     return " ".join(hints)
 
 
@@ -151,33 +154,3 @@ def _tables_of(sql: str, qualifier: str | None, dialect: str) -> list[str]:
         key = qualifier.lower()
         tables = [t for t in tables if key in {t.alias_or_name.lower(), t.name.lower()}]
     return list(dict.fromkeys(t.name.lower() for t in tables))
-
-
-def _join_path(schema: Any, starts: list[str], goals: list[str], max_hops: int = 3) -> list[str]:
-    """The foreign-key equalities of the shortest path from one of ``starts`` to one of
-    ``goals`` (at most ``max_hops``), e.g. ``["superhero.id = hero_power.hero_id", ...]``;
-    empty when a goal is among the starts or no path is that short."""
-    from collections import deque
-
-    goal = {g.lower() for g in goals}
-    frontier = deque((s.lower(), []) for s in starts)
-    seen = {s.lower() for s in starts}
-    if seen & goal:
-        return []
-    while frontier:
-        table, steps = frontier.popleft()
-        if len(steps) >= max_hops:
-            continue
-        for fk in schema.foreign_keys:
-            a, b = fk.table.lower(), fk.ref_table.lower()
-            if table not in (a, b):
-                continue
-            other = b if table == a else a
-            if other in seen:
-                continue
-            step = f"{fk.table}.{fk.column} = {fk.ref_table}.{fk.ref_column}"
-            if other in goal:
-                return [*steps, step]
-            seen.add(other)
-            frontier.append((other, [*steps, step]))
-    return []
