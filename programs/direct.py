@@ -20,10 +20,9 @@ from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
 from sqlweave.programs.voting import (
     Candidates,
+    PoolRepair,
     Sampler,
     VoteTally,
-    check_repair,
-    repair_failed,
     sampled_origins,
     settle_for,
 )
@@ -101,24 +100,14 @@ class DirectSQL(SQLProgram):
         self.generate = Generator(GenerateSQL, layout=prompt_layout, prefill=bool(prefill))
         self.linker = stage_registry.build("linker", linker)
         self.selector = stage_registry.build("selector", selector)
-        check_repair(repair_scope, repair_max)
-        self.repair_scope, self.repair_max = repair_scope, repair_max
-        self.repair = stage_registry.build(
-            "corrector", repair, settings={"execution": {"max_rounds": 1, "schema_hints": True}}
-        )
-        # A repair of every failing candidate may revive one a settled vote counted out, so
-        # the sampler must not stop early then; a fallback repair acts only where nothing ran.
-        settle = {} if self._repairs_all else settle_for(self.selector)
+        self.repair = PoolRepair(repair, repair_scope, repair_max)
+        settle = {} if self.repair.revives else settle_for(self.selector)
         self.sampler = Sampler(self.generate, n=samples, temperature=float(temperature), **settle)
         self.corrector = stage_registry.build(
             "corrector",
             corrector,
             settings={"execution": {"max_rounds": 1, "retry_on_empty": True}},
         )
-
-    @property
-    def _repairs_all(self) -> bool:
-        return not getattr(self.repair, "is_noop", False) and self.repair_scope == "all"
 
     def schema_text(self, db: Database, tables: set[str] | None = None) -> str:
         """The schema as the prompt shows it; ``tables`` (linked) keeps only theirs."""
@@ -142,14 +131,10 @@ class DirectSQL(SQLProgram):
         ran.record("generator")
         ask = {"db": db, "question": question, "evidence": evidence, "db_schema": schema_text}
         origins = sampled_origins(self.name, len(candidates), greedy_first=True)
-        if not getattr(self.repair, "is_noop", False):
+        if self.repair.active:
             sqls = list(candidates)
             tally = VoteTally(db, known=getattr(candidates, "outcomes", None))
-            scope, limit = self.repair_scope, self.repair_max
-            if repair_failed(
-                sqls, origins, tally.outcome, self.repair, ask, scope=scope, limit=limit
-            ):
-                ran.record("corrector", self.repair)
+            if self.repair(sqls, origins, tally.outcome, ask, ran):
                 candidates = Candidates(sqls, tally.outcomes)
         sql = candidates[0]
         if self.samples > 1:

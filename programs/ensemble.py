@@ -26,13 +26,12 @@ from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import SQLProgram
 from sqlweave.programs.voting import (
     Candidates,
+    PoolRepair,
     Sampler,
     VoteSelector,
     VoteTally,
-    check_repair,
     group_outcomes,
     origin_generator,
-    repair_failed,
     sampled_origins,
 )
 
@@ -163,11 +162,7 @@ class EnsembleSQL(SQLProgram):
             settings={"execution": {"max_rounds": 1, "retry_on_empty": True}},
         )
         self.rules = stage_registry.build("corrector", "rules") if candidate_rules else None
-        check_repair(repair_scope, repair_max)
-        self.repair_scope, self.repair_max = repair_scope, repair_max
-        self.repair = stage_registry.build(
-            "corrector", repair, settings={"execution": {"max_rounds": 1, "schema_hints": True}}
-        )
+        self.repair = PoolRepair(repair, repair_scope, repair_max)
         for name in names:
             generator = generator_registry.build(name)
             setattr(self, f"gen_{name}", generator)
@@ -183,12 +178,10 @@ class EnsembleSQL(SQLProgram):
 
     @property
     def _plain_vote(self) -> bool:
-        """Whether the selection is the unweighted vote, which may stop the pool early (a
-        repair of every failing candidate can revive one the settled vote counted out; a
-        fallback repair acts only where nothing ran, which no settled vote is)."""
+        """Whether the selection is the unweighted vote, which may stop the pool early (not
+        with a repair that may revive what a settled vote counted out: ``PoolRepair.revives``)."""
         uniform = len(set(self.weight_of.values())) == 1 and self.greedy_weight == 1.0
-        settles = getattr(self.repair, "is_noop", False) or self.repair_scope == "fallback"
-        return type(self.selector) is VoteSelector and uniform and settles
+        return type(self.selector) is VoteSelector and uniform and not self.repair.revives
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         """Besides the output contract (:mod:`sqlweave.programs.stages`): ``candidate_origins``
@@ -227,13 +220,7 @@ class EnsembleSQL(SQLProgram):
             ]
         if len(sqls) > len(drawn):
             ran.record("sampler")
-        if not getattr(self.repair, "is_noop", False):
-            mend = {**ask, "db": db, "db_schema": schema_text}
-            scope, limit = self.repair_scope, self.repair_max
-            if repair_failed(
-                sqls, origins, tally.outcome, self.repair, mend, scope=scope, limit=limit
-            ):
-                ran.record("corrector", self.repair)
+        self.repair(sqls, origins, tally.outcome, {**ask, "db": db, "db_schema": schema_text}, ran)
         outcomes = {sql: tally.outcome(sql) for sql in dict.fromkeys(sqls)}
         pool = Candidates(sqls, outcomes)
         select_ask = {**ask, "db": db, "db_schema": schema_text}

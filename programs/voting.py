@@ -542,14 +542,6 @@ def origin_generator(origin: str | None) -> str:
 REPAIR_SCOPES = ("fallback", "all")
 
 
-def check_repair(scope: str, limit: int | None) -> None:
-    """Refuse a ``repair_scope`` or ``repair_max`` that means nothing, naming the choices."""
-    if scope not in REPAIR_SCOPES:
-        raise ValueError(f"repair_scope must be one of {', '.join(REPAIR_SCOPES)}, not {scope!r}")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-        raise ValueError(f"repair_max must be None or an integer >= 0, got {limit!r}")
-
-
 def repair_failed(
     sqls: list[str],
     origins: list[str],
@@ -589,6 +581,66 @@ def repair_failed(
                 origins[i] = f"{origins[i]}:repaired"
                 replaced += 1
     return replaced
+
+
+class PoolRepair(dspy.Module):
+    """The ``repair`` stage of a candidate pool (``direct``, ``ensemble``): the corrector
+    ``corrector`` (a registry name or module; ``execution`` gets one round and schema hints)
+    for the candidates that fail to run, where ``scope`` says, at most ``limit`` distinct
+    queries (:func:`repair_failed`). ``none`` is no repair."""
+
+    def __init__(
+        self,
+        corrector: str | dspy.Module = "none",
+        scope: str = "fallback",
+        limit: int | None = None,
+    ) -> None:
+        from sqlweave.programs import stages as stage_registry
+
+        if scope not in REPAIR_SCOPES:
+            raise ValueError(
+                f"repair_scope must be one of {', '.join(REPAIR_SCOPES)}, not {scope!r}"
+            )
+        if limit is not None and (
+            not isinstance(limit, int) or isinstance(limit, bool) or limit < 0
+        ):
+            raise ValueError(f"repair_max must be None or an integer >= 0, got {limit!r}")
+        super().__init__()
+        self.corrector = stage_registry.build(
+            "corrector", corrector, settings={"execution": {"max_rounds": 1, "schema_hints": True}}
+        )
+        self.scope, self.limit = scope, limit
+
+    @property
+    def active(self) -> bool:
+        """Whether it repairs anything (not ``none``)."""
+        return not getattr(self.corrector, "is_noop", False)
+
+    @property
+    def revives(self) -> bool:
+        """Whether it may change a settled vote: repairing every failing candidate can revive
+        one the vote counted out, so a sampler must not stop early; a fallback repair acts
+        only where nothing ran, which no settled vote is."""
+        return self.active and self.scope == "all"
+
+    def forward(
+        self,
+        sqls: list[str],
+        origins: list[str],
+        outcome: Callable[[str], QueryResult | ExecutionError],
+        ask: dict[str, Any],
+        ran: Any = None,
+    ) -> int:
+        """:func:`repair_failed` on the pool, in place; records the corrector in ``ran`` (a
+        :class:`~sqlweave.programs.stages.Ran`) when it replaced something."""
+        if not self.active:
+            return 0
+        replaced = repair_failed(
+            sqls, origins, outcome, self.corrector, ask, scope=self.scope, limit=self.limit
+        )
+        if replaced and ran is not None:
+            ran.record("corrector", self.corrector)
+        return replaced
 
 
 def origin_is_greedy(origin: str | None) -> bool:
