@@ -189,35 +189,29 @@ def repair_joins(
     records: Sequence[dict[str, Any]], examples: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """``records`` as the ``ensemble`` program with ``repair=joins`` would have drawn them: each
-    candidate that fails to run is given the joins its stray columns need
-    (:func:`sqlweave.programs.joins.complete_joins`) and, where that runs, replaced, its origin
-    marked ``:repaired``; the verdicts of replaced candidates are recomputed."""
-    from sqlweave.db import ExecutionError
-    from sqlweave.programs.feedback import execute_quietly
-    from sqlweave.programs.joins import complete_joins
-    from sqlweave.schema import introspect
+    candidate that fails to run is given the joins its stray columns need and, where that runs,
+    replaced, its origin marked ``:repaired`` (the program's own
+    :class:`~sqlweave.programs.voting.PoolRepair`, scope ``all``); replaced candidates lose
+    their recorded group (the replay re-executes them)."""
+    from sqlweave.programs.voting import PoolRepair, VoteTally
 
+    repair = PoolRepair("joins", scope="all")
+    by_id = {str(r["question_id"]): r for r in records}
     out = []
     for cands, example, judge in judged(records, examples, "joins"):
-        schema = introspect(judge.db)
-        fixed: dict[str, str | None] = {}
-        mended = []
-        for cand in cands:
-            sql = cand["sql"]
-            if sql not in fixed:
-                fixed[sql] = None
-                if isinstance(execute_quietly(judge.db, sql), ExecutionError):
-                    joined = complete_joins(sql, schema, judge.db.dialect, example.question)
-                    if joined and not isinstance(execute_quietly(judge.db, joined), ExecutionError):
-                        fixed[sql] = joined
-            new = fixed[sql]
-            if new is None:
-                mended.append(cand)
-            else:
-                origin = f"{cand.get('origin')}:repaired"
-                mended.append({**cand, "sql": new, "origin": origin, "group": None})
-        record = next(r for r in records if str(r["question_id"]) == str(example.question_id))
-        out.append({**record, "candidates": mended})
+        sqls = [c["sql"] for c in cands]
+        origins = [f"{c.get('origin')}" for c in cands]
+        repair(
+            sqls,
+            origins,
+            VoteTally(judge.db).outcome,
+            {"db": judge.db, "question": example.question},
+        )
+        mended = [
+            cand if sql == cand["sql"] else {**cand, "sql": sql, "origin": origin, "group": None}
+            for cand, sql, origin in zip(cands, sqls, origins, strict=True)
+        ]
+        out.append({**by_id[str(example.question_id)], "candidates": mended})
     return out
 
 
