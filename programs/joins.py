@@ -82,12 +82,12 @@ def keys_of(schema: Schema) -> list[ForeignKey]:
     return implied
 
 
-def _links(schema: Schema, table: str, words: set[str]) -> dict[str, Step | None]:
+def _links(keys: list[ForeignKey], table: str, words: set[str]) -> dict[str, Step | None]:
     """Each table one foreign key from ``table``, with the key's step; None where several keys
     link the pair (``eye_colour_id``, ``hair_colour_id`` -> ``colour``) and the question's
     words pick none of them out (or more than one)."""
     found: dict[str, list[Step]] = {}
-    for fk in keys_of(schema):
+    for fk in keys:
         if fk.table.lower() == table:
             step = (fk.table, fk.column, fk.ref_table, fk.ref_column)
         elif fk.ref_table.lower() == table:
@@ -120,11 +120,12 @@ def fk_path(
     words = {w[:3] for w in _words(question)}
     frontier: deque[tuple[str, str, list[Step]]] = deque((s, s.lower(), []) for s in starts)
     seen = {s.lower() for s in starts}
+    keys = keys_of(schema)  # once: a schema without declared keys derives them
     while frontier:
         start, table, steps = frontier.popleft()
         if len(steps) >= max_hops:
             continue
-        for other, step in _links(schema, table, words).items():
+        for other, step in _links(keys, table, words).items():
             if other in seen:
                 continue
             seen.add(other)
