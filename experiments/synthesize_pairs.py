@@ -8,6 +8,8 @@ seconds per kept pair. The pairs themselves are written beside the figures, for 
     python experiments/synthesize_pairs.py --dbs farm cinema --n 25
     python experiments/synthesize_pairs.py --slice spider-train-val --n 40   # every db of a slice
     python experiments/synthesize_pairs.py --slice bird-52 --n 20   # found where the slice's are
+    python experiments/synthesize_pairs.py --slice spider-train-val --n 20 --accept any \
+        --check-samples 8 --out results/synthesis-any   # kept when any of 8 readings matches
 
 Writes ``experiments/results/synthesis/<db>.jsonl`` (pairs), ``<db>.jsonl.tried.jsonl`` (every
 verdict) and ``summary.json`` (``--out``). Resumable: a rerun continues each file.
@@ -20,6 +22,7 @@ import json
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import sqlweave
 from sqlweave.data import database_path, load_slice
@@ -37,6 +40,19 @@ def main() -> None:
     parser.add_argument("--n-threads", type=int, default=None)
     parser.add_argument("--no-check", action="store_true", help="skip the round trip")
     parser.add_argument("--sample-rows", type=int, default=0, help="rows shown to the writer")
+    parser.add_argument(
+        "--accept",
+        choices=("answer", "any"),
+        default="answer",
+        help="round trip: the answer must return the label's rows, or any candidate may",
+    )
+    parser.add_argument(
+        "--check-samples",
+        type=int,
+        default=1,
+        help="candidates of the round trip's direct (the first greedy; with more than one, "
+        "direct x K with the joins repair on every candidate, the best program's setting)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -55,7 +71,13 @@ def main() -> None:
         wall, cpu = time.perf_counter(), time.process_time()
         before = len(out.read_text().splitlines()) if out.is_file() else 0
         pairs = synthesize(
-            path, args.n, out=out, check=not args.no_check, sample_rows=args.sample_rows
+            path,
+            args.n,
+            out=out,
+            check=not args.no_check,
+            sample_rows=args.sample_rows,
+            program=answerer(args.check_samples),
+            accept=args.accept,
         )
         portable(out)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -78,6 +100,8 @@ def main() -> None:
                 "model": args.model,
                 "round_trip": not args.no_check,
                 "sample_rows": args.sample_rows,
+                "accept": args.accept,
+                "check_samples": args.check_samples,
             }
         )
         summary[db_id] = entry
@@ -86,6 +110,17 @@ def main() -> None:
             f"{entry['wall_s_per_pair']} s wall / {entry['cpu_s_per_pair']} s CPU per pair"
         )
         summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+
+
+def answerer(samples: int) -> Any:
+    """The round trip's program: ``direct``, or with ``samples > 1`` direct x ``samples`` whose
+    every candidate is drawn (the joins repair on all of them turns the settled-vote early stop
+    off), so ``--accept any`` sees the whole pool."""
+    from sqlweave.programs import get
+
+    if samples <= 1:
+        return get("direct")
+    return get("direct", samples=samples, repair="joins", repair_scope="all")
 
 
 def portable(path: Path) -> None:

@@ -83,16 +83,12 @@ def compile_knn(args: argparse.Namespace, artefact: Path, data: list[str]) -> No
 
 
 def synthetic_data(args: argparse.Namespace) -> list[str]:
-    """The compile options of the slice's own synthesized pairs (staged first)."""
-    dbs = stage_pairs(args.slice, args.pairs, work_dir(args.slice))
+    """The compile options of the slice's own synthesized pairs (staged first, in a folder of
+    the design's own so two designs' pairs never mix)."""
+    staged = work_dir(args.slice) / args.design if args.design else work_dir(args.slice)
+    dbs = stage_pairs(args.slice, args.pairs, staged)
     data = [part for db in dbs for part in ("--db", str(db))]
-    return [
-        *data,
-        "--synthesize",
-        str(args.n),
-        "--synthetic-out",
-        str(work_dir(args.slice) / "pairs"),
-    ]
+    return [*data, "--synthesize", str(args.n), "--synthetic-out", str(staged / "pairs")]
 
 
 def spider_data(args: argparse.Namespace) -> list[str]:
@@ -134,6 +130,12 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4, help="demos per question")
     parser.add_argument("--spider", action="store_true", help="also compile on Spider train")
     parser.add_argument("--pairs", type=Path, default=PAIRS, help="the <db>.jsonl pairs' folder")
+    parser.add_argument(
+        "--design",
+        default="",
+        help="a name for this synthetic set's design (e.g. 'any'): it names the artefact, the "
+        "protocol run and the result file, so designs never resume each other's runs",
+    )
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--n-threads", type=int, default=None)
     args = parser.parse_args()
@@ -152,6 +154,8 @@ def main() -> None:
     artefacts: dict[str, Path] = {}
     for name, data in compiles.items():
         optimizer = f"{knn}-{name}"
+        if name == "synthetic" and args.design:
+            optimizer += f"-{args.design}"
         artefact = work_dir(args.slice) / f"{args.program}__{optimizer}__{tag}.artefact.json"
         if not artefact.exists():
             compile_knn(args, artefact, data(args))
@@ -166,6 +170,7 @@ def main() -> None:
         "slice": args.slice,
         "model": args.model,
         "k": args.k,
+        "design": args.design or "answer",
         "synthetic": _portable((meta.get("extra") or {}).get("synthetic") or {}),
         "rows": {name: run["row"] for name, run in rows.items()},
         "synthetic_vs": {
@@ -176,7 +181,8 @@ def main() -> None:
         "commit": _commit(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    out = PAIRS / f"compile__{args.program}__{args.slice}__{tag}.json"
+    design = f"__{args.design}" if args.design else ""
+    out = PAIRS / f"compile__{args.program}__{args.slice}__{tag}{design}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     for name, row in result["rows"].items():
         lo, hi = row["interval"]

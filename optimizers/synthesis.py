@@ -18,6 +18,11 @@ OmniSQL's SynSQL and SENSE, scaled to a 2-core CPU:
 4. **Round trip.** A program (``direct`` by default) answers the written question; the pair is
    kept only when its SQL returns the template SQL's result. That filters questions the LM wrote
    badly, at the price of keeping fewer of the hardest pairs (recorded per difficulty).
+   With ``accept="any"`` a pair is kept when *any* candidate the program weighed returns that
+   result (a sampling program's pool: ``direct`` with ``samples=8``): a question some reading of
+   which gives the label, not only the reading the program settles on. Checked by the answer
+   alone, the set holds only what the program already solves, which is nothing it can learn
+   from (measured on validation: README, "Your own questions").
 
 Output is the questions-file format :func:`sqlweave.data.load_questions` reads (JSON Lines, one
 pair per line, ``db_path``, ``question``, ``gold_sql``, ``difficulty``, ``source: "synthetic"``).
@@ -51,6 +56,8 @@ MAX_DRAWS_PER_PAIR = 12
 """Template draws per wanted pair before giving up (a schema with few usable columns)."""
 ROUND_TRIP_DRAFTS = 6
 """Checked drafts tried per wanted pair before a run settles for fewer pairs."""
+ROUND_TRIP_ACCEPT = ("answer", "any")
+"""What the round trip compares with the label: the program's answer, or any of its candidates."""
 DIFFICULTY_MIX = {"easy": 0.25, "medium": 0.40, "hard": 0.20, "extra": 0.15}
 """Spider dev's hardness shares, roughly: what the templates are drawn towards."""
 
@@ -463,8 +470,12 @@ def _plausible_question(text: str) -> bool:
     return 12 <= len(text) <= 400 and not looks_like_sql
 
 
-def round_trip(question: str, draft: Draft, db: Database, program: Any) -> bool:
-    """Whether ``program`` answers ``question`` with SQL that returns ``draft.sql``'s result."""
+def round_trip(
+    question: str, draft: Draft, db: Database, program: Any, accept: str = "answer"
+) -> bool:
+    """Whether ``program`` answers ``question`` with SQL that returns ``draft.sql``'s result;
+    with ``accept="any"``, whether its answer or any candidate it weighed does."""
+    from sqlweave.evaluate import candidates_of
     from sqlweave.metrics import check_execution, pred_sql_of
 
     try:
@@ -475,8 +486,13 @@ def round_trip(question: str, draft: Draft, db: Database, program: Any) -> bool:
         raise_if_run_failure(err)
         logger.debug("round trip failed: %s", err)
         return False
-    match = check_execution(pred_sql_of(pred), draft.sql, db, "spider", timeout_s=TIMEOUT_S)
-    return match.correct
+    sqls = [pred_sql_of(pred)]
+    if accept == "any":
+        sqls += [c["sql"] for c in candidates_of(pred) if c["sql"].strip()]
+    return any(
+        check_execution(sql, draft.sql, db, "spider", timeout_s=TIMEOUT_S).correct
+        for sql in dict.fromkeys(sqls)  # each distinct query run once, the answer first
+    )
 
 
 def database_ref(database: Database) -> str:
@@ -523,6 +539,7 @@ def synthesize(
     check: bool = True,
     progress: bool = True,
     sample_rows: int = 0,
+    accept: str = "answer",
 ) -> list[dict[str, Any]]:
     """``n`` question/SQL pairs for ``db``, in the questions-file format (see the module doc).
 
@@ -531,7 +548,10 @@ def synthesize(
     ``check=False`` skips it (every question the LM writes is kept). With ``out``, pairs are
     appended to that JSON Lines file as they are accepted and every tried query's verdict to
     ``<out>.tried.jsonl``: an interrupted run resumes where it stopped. ``sample_rows`` shows the
-    question writer that many stored rows per table (:func:`describe`). Uses DSPy's configured LM.
+    question writer that many stored rows per table (:func:`describe`). ``accept`` (one of
+    :data:`ROUND_TRIP_ACCEPT`): the round trip keeps a pair when the program's answer returns
+    the label's rows (``"answer"``) or when any candidate it weighed does (``"any"``; give it a
+    sampling program). Uses DSPy's configured LM.
     Returns the pairs (all of ``out``'s, when resuming).
     """
     import dspy
@@ -543,6 +563,10 @@ def synthesize(
 
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise SynthesisError(f"n must be a positive integer, got {n!r}")
+    if accept not in ROUND_TRIP_ACCEPT:
+        raise SynthesisError(
+            f"accept must be one of {', '.join(ROUND_TRIP_ACCEPT)}, not {accept!r}"
+        )
     database = resolve_database(db)
     out_path = Path(out) if out is not None else None
     tried_path = out_path.with_name(out_path.name + ".tried.jsonl") if out_path else None
@@ -567,7 +591,7 @@ def synthesize(
                 question = describe(item, database, describer, sample_rows=sample_rows)
                 if not question:
                     why = "the LM wrote no usable question"
-                elif check and not round_trip(question, item, database, answerer):
+                elif check and not round_trip(question, item, database, answerer, accept):
                     why = "round trip: the question leads to another answer"
                 else:
                     why = ""
