@@ -576,9 +576,17 @@ def synthesize(
     program: Annotated[
         str, typer.Option(help="the program whose answers check each question (round trip)")
     ] = "direct",
+    set_: SetOpt = None,
     check: Annotated[
         bool, typer.Option("--check/--no-check", help="keep only pairs that pass the round trip")
     ] = True,
+    accept: Annotated[
+        str,
+        typer.Option(
+            help="round trip: keep a pair when the program's answer returns the label's rows "
+            "(answer) or when any candidate it weighed does (any; with e.g. --set samples=8)"
+        ),
+    ] = "answer",
     seed: Annotated[int, typer.Option(help="seed of the template draws")] = 0,
     sample_rows: Annotated[
         int, typer.Option(help="stored rows per table shown to the question writer (0: none)")
@@ -594,12 +602,21 @@ def synthesize(
     The file is a questions file: pass it to compile --train or evaluate --dataset.
     """
     _setup_logging(verbose, quiet)
+    from sqlweave import programs
     from sqlweave.db import Database, ExecutionError
-    from sqlweave.optimizers.synthesis import SynthesisError, draft_queries
+    from sqlweave.optimizers.synthesis import ROUND_TRIP_ACCEPT, SynthesisError, draft_queries
     from sqlweave.optimizers.synthesis import synthesize as run_synthesis
 
     if n < 1:
         _fail(f"--n must be at least 1, not {n}")
+    if accept not in ROUND_TRIP_ACCEPT:
+        _fail(f"--accept must be one of {', '.join(ROUND_TRIP_ACCEPT)}, not {accept!r}")
+    try:
+        checker = programs.get(program, **typed_switches(program, set_ or []))
+    except KeyError as err:
+        _fail(f"unknown program {err}")
+    except (ValueError, TypeError) as err:
+        _fail(str(err))
     if sample_rows < 0:
         _fail(f"--sample-rows must be 0 or more, not {sample_rows}")
     _check_writable(out, "--out", touch=False)
@@ -618,14 +635,13 @@ def synthesize(
             n,
             out=out,
             seed=seed,
-            program=program,
+            program=checker,
             check=check,
             sample_rows=sample_rows,
+            accept=accept,
         )
     except SynthesisError as err:
         _fail(str(err))
-    except KeyError as err:
-        _fail(f"unknown program {err}")
     typer.echo(
         f"{len(pairs)} pairs for {database.name} in {out} (every verdict: {out}.tried.jsonl)"
     )

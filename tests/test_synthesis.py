@@ -174,3 +174,36 @@ def test_the_question_writer_can_see_stored_rows(tmp_path: Path):
     assert "CREATE TABLE" in prompts[0] and "CREATE TABLE" in prompts[3]
     assert "example rows from table" not in prompts[0]
     assert "3 example rows from table" in prompts[3]
+
+
+def test_accept_any_keeps_a_pair_when_some_candidate_matches(tmp_path: Path):
+    db = Database.open(DEMO_CONCERT_DB)
+    target = next(d for d in draft_queries(db, 1) if isinstance(d, Draft)).sql
+    wrong = "SELECT 'no draft returns this'"
+
+    def checker(question: str, db: Database) -> dspy.Prediction:
+        # answers wrongly, but weighed the label's query among its candidates
+        return dspy.Prediction(sql=wrong, candidates=[wrong, target])
+
+    lm = DummyLM({"Answer with the question only": {"question": QUESTION}})
+    with dspy.context(lm=lm):
+        strict = synthesize(DEMO_CONCERT_DB, 1, program=checker, progress=False)
+        loose = synthesize(DEMO_CONCERT_DB, 1, program=checker, accept="any", progress=False)
+        with pytest.raises(SynthesisError, match="accept must be one of answer, any"):
+            synthesize(DEMO_CONCERT_DB, 1, program=checker, accept="some", progress=False)
+    assert strict == []  # the answer alone never matches
+    assert [p["gold_sql"] for p in loose] == [target]
+
+
+def test_cli_synthesize_checks_accept_and_the_checking_programs_switches(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from sqlweave import cli
+
+    base = ["synthesize", "--db", str(DEMO_CONCERT_DB), "--out", str(tmp_path / "s.jsonl")]
+    result = CliRunner().invoke(cli.app, [*base, "--accept", "some"])
+    assert result.exit_code == 2 and "--accept must be one of answer, any" in result.output
+    result = CliRunner().invoke(cli.app, [*base, "--set", "samples=many"])
+    assert result.exit_code == 2 and "samples" in result.output
+    result = CliRunner().invoke(cli.app, [*base, "--set", "nonsense=1"])
+    assert result.exit_code == 2 and "unknown switch 'nonsense'" in result.output
