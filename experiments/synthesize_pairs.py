@@ -53,10 +53,17 @@ def main() -> None:
         help="candidates of the round trip's direct (the first greedy; with more than one, "
         "direct x K with the joins repair on every candidate, the best program's setting)",
     )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="ask the model every time (DSPy's response cache off): the CPU figures of a cold run",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    options = {"n_threads": args.n_threads} if args.n_threads else {}
+    options: dict[str, Any] = {"n_threads": args.n_threads} if args.n_threads else {}
+    if args.no_cache:
+        options["cache"] = False
     sqlweave.configure(args.model, **options)
     # A slice's databases where its questions find them (BIRD's are not Spider train's); the
     # questions themselves are not read.
@@ -101,6 +108,7 @@ def main() -> None:
                 "round_trip": not args.no_check,
                 "sample_rows": args.sample_rows,
                 "accept": args.accept,
+                "response_cache": not args.no_cache,
                 "check_samples": args.check_samples,
             }
         )
