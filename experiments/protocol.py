@@ -92,6 +92,45 @@ def _identity(program: str, switches: dict[str, Any], slice_name: str, model: st
     return {"program": program, "switches": switches, "slice": slice_name, "model": model}
 
 
+def resumable_identity(identity: dict[str, Any], jsonl: Path) -> dict[str, Any]:
+    """``identity``, less the switches added to the program since ``jsonl``'s run was recorded
+    and left at their default, when that is all that tells the two apart: a new switch's
+    default keeps the old behaviour (a program names in ``LEGACY_SWITCHES`` the ones whose
+    default does not), so resuming or re-reading that run is resuming the same run. Any other
+    difference is left for ``evaluate`` to refuse."""
+    from inspect import Parameter, signature
+
+    from sqlweave.evaluate import read_run_identity
+    from sqlweave.programs import program_class
+
+    recorded = read_run_identity(jsonl) if jsonl.is_file() else None
+    if not recorded or not isinstance(recorded.get("switches"), dict):
+        return identity
+    try:
+        cls = program_class(identity["program"])
+    except (KeyError, ValueError):
+        return identity
+    params = signature(cls.__init__).parameters
+    legacy = getattr(cls, "LEGACY_SWITCHES", {})
+    switches = identity["switches"]
+    added = [
+        name
+        for name, value in switches.items()
+        if name not in recorded["switches"]
+        and name not in legacy
+        and name in params
+        and params[name].default is not Parameter.empty
+        and value == params[name].default
+    ]
+    if not added:
+        return identity
+    reduced = {**identity, "switches": {k: v for k, v in switches.items() if k not in added}}
+    if json.loads(json.dumps(reduced, sort_keys=True, default=str)) != recorded:
+        return identity
+    print(f"{jsonl.name}: recorded before the switches {', '.join(added)} (at their defaults)")
+    return reduced
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from sqlweave import programs
     from sqlweave.data import load_slice
@@ -121,6 +160,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     prog = artifact[0] if artifact is not None else programs.get(args.program, **switches)
     started = time.perf_counter()
     identity = _identity(args.program, dict(prog.switches), args.slice, args.model)
+    identity = resumable_identity(identity, jsonl)
     evaluate(prog, examples, out_path=jsonl, resume=True, num_threads=1, identity=identity)
     wall = time.perf_counter() - started
     summary = summarize_run(

@@ -132,3 +132,22 @@ def test_run_identities_beside_the_records_are_not_summaries(protocol, tmp_path)
         json.dumps({"_run": {"program": "naive", "switches": {}}})
     )
     assert "| naive | 52 |" in protocol.table()
+
+
+def test_a_run_recorded_before_a_switch_existed_resumes_at_its_default(protocol, tmp_path):
+    from sqlweave import programs
+    from sqlweave.evaluate import _write_identity
+
+    out = tmp_path / "direct__spider-dev-200__1.5b.jsonl"
+    out.write_text('{"question_id": "q0"}\n')
+    now = protocol._identity("direct", dict(programs.get("direct").switches), "dev", "m")
+    before = {k: v for k, v in now["switches"].items() if not k.startswith("repair")}
+    _write_identity(out, {**now, "switches": before})  # written before `repair` existed
+    assert protocol.resumable_identity(now, out)["switches"] == before
+    # a new switch set away from its default, or any other difference, is left to be refused
+    other = protocol._identity(
+        "direct", dict(programs.get("direct", repair="joins").switches), "dev", "m"
+    )
+    assert protocol.resumable_identity(other, out) == other
+    moved = {**now, "switches": {**now["switches"], "samples": 4}}
+    assert protocol.resumable_identity(moved, out) == moved
