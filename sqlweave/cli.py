@@ -1420,9 +1420,12 @@ def _kept_defaults_line(meta: Any, program: Any) -> str | None:
     """One line when a compile changed nothing a user can see, saying why; else None.
 
     Switches set before compiling (``--set``) are the user's, not the compile's: what counts is
-    a demo, an instruction, a KNN pool or a switch the search moved."""
+    a demo, an instruction, a KNN pool or a switch the search moved. A ``knn`` compile's demos
+    are picked per question at call time (the program's ``knn_pool``), not stored on its
+    predictors, so the pool itself is what it changed."""
     if (
         meta.extra.get("details", {}).get("knn")
+        or (getattr(program, "knn_pool", None) or {}).get("pool")
         or _search_moved(meta)
         or _changed([], _diff_lines(program, meta))
     ):

@@ -293,3 +293,19 @@ def test_evaluate_json_with_a_baseline(
     cmp = json.loads(result.output)["baseline"]
     assert cmp["path"] == str(first) and cmp["n_shared"] == 2
     assert cmp["delta_points"] == 0.0 and cmp["only_run"] == cmp["only_baseline"] == 0
+
+
+def test_a_knn_compile_is_not_reported_as_changing_nothing():
+    from sqlweave import programs
+    from sqlweave.cli import _kept_defaults_line
+    from sqlweave.optimizers import ArtifactMeta
+    from sqlweave.optimizers.knn import attach_knn
+
+    meta = ArtifactMeta(program="direct", optimizer="knn")
+    program = programs.get("direct")
+    assert _kept_defaults_line(meta, program) is not None  # nothing attached: nothing changed
+    assert _kept_defaults_line(meta, attach_knn(program.deepcopy(), [], k=4)) is not None
+    # its demos are the pool, picked per question at call time, not demos on a predictor
+    demo = {"question": "How many singers?", "sql": "SELECT count(*) FROM singer"}
+    pool = [{"question": demo["question"], "db_id": "concert_singer", "demos": {"generate": demo}}]
+    assert _kept_defaults_line(meta, attach_knn(program, pool, k=4)) is None
