@@ -238,15 +238,11 @@ def _join_filter(d: Draw) -> str | None:
 
 
 def _join_group(d: Draw) -> str | None:
-    # Grouped by the column it shows, as a question about it reads ("how many tracks of each
-    # media type"): grouped by the parent's key, a label two rows share (a school's class, a
-    # company's country) is counted twice and the question the LM writes names the wrong thing.
     drawn = d.joined_label()
     if not drawn:
         return None
     j, shown = drawn
-    label = f"T2.{ident(shown.name)}"
-    return f"SELECT {label}, count(*) FROM {_joined(j)} GROUP BY {label}"
+    return f"SELECT T2.{ident(shown.name)}, count(*) FROM {_joined(j)} GROUP BY T2.{ident(j.pk)}"
 
 
 def _having(d: Draw) -> str | None:
@@ -286,8 +282,10 @@ def _join_top(d: Draw) -> str | None:
     if not drawn:
         return None
     j, shown = drawn
-    label = f"T2.{ident(shown.name)}"  # grouped by what it shows (see _join_group)
-    return f"SELECT {label} FROM {_joined(j)} GROUP BY {label} ORDER BY count(*) DESC LIMIT 1"
+    return (
+        f"SELECT T2.{ident(shown.name)} FROM {_joined(j)} GROUP BY T2.{ident(j.pk)} "
+        f"ORDER BY count(*) DESC LIMIT 1"
+    )
 
 
 def _both(d: Draw) -> str | None:
