@@ -20,9 +20,10 @@ OmniSQL's SynSQL and SENSE, scaled to a 2-core CPU:
    badly, at the price of keeping fewer of the hardest pairs (recorded per difficulty).
    With ``accept="any"`` a pair is kept when *any* candidate the program weighed returns that
    result (a sampling program's pool: ``direct`` with ``samples=8``): a question some reading of
-   which gives the label, not only the reading the program settles on. Checked by the answer
-   alone, the set holds only what the program already solves, which is nothing it can learn
-   from (measured on validation: README, "Your own questions").
+   which gives the label, not only the reading the program settles on (checked by the answer
+   alone, the set holds only what the program already solves). Measured on validation it
+   admitted more wrong questions than hard right ones and did not help a compile (README,
+   "Your own questions"), so ``"answer"`` stays the default.
 
 Output is the questions-file format :func:`sqlweave.data.load_questions` reads (JSON Lines, one
 pair per line, ``db_path``, ``question``, ``gold_sql``, ``difficulty``, ``source: "synthetic"``).
