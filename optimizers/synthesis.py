@@ -167,15 +167,36 @@ def _joined(j: Join) -> str:
 
 
 # --- the templates: (name, level, fill) --------------------------------------------------------
-# Each fill takes a Draw and returns SQL, or None when this schema has nothing to fill it with.
+# Each fill takes a Draw and returns (SQL, meaning), or None when this schema has nothing to fill
+# it with. The meaning says in plain words what the SQL returns, built from the same drawn parts:
+# the question writer paraphrases it instead of reading the SQL alone, which a 1.5B model misreads
+# most on the templates whose meaning its surface hides (a HAVING read as a count, a count of
+# child rows named as a count of the parents, EXCEPT read as a range).
 
 
-def _count(d: Draw) -> str | None:
+Filled = tuple[str, str]
+"""A template's SQL and its meaning in plain words."""
+
+
+def _words(name: str) -> str:
+    """A table or column name as words: ``Total_Horses`` -> ``total horses``, ``ShopId`` ->
+    ``shop id``."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name)
+    return " ".join(re.sub(r"[_\-.]+", " ", spaced).split()).lower()
+
+
+_AGG_WORDS = {"avg": "average", "max": "largest", "min": "smallest", "sum": "total"}
+_OP_WORDS = {">": "greater than", "<": "less than", ">=": "at least"}
+
+
+def _count(d: Draw) -> Filled | None:
     t = d.table()
-    return f"SELECT count(*) FROM {_t(t)}" if t else None
+    if not t:
+        return None
+    return f"SELECT count(*) FROM {_t(t)}", f"how many rows the {_words(t.name)} table has"
 
 
-def _project_filter(d: Draw) -> str | None:
+def _project_filter(d: Draw) -> Filled | None:
     t = d.table()
     if not t:
         return None
@@ -185,46 +206,65 @@ def _project_filter(d: Draw) -> str | None:
     value = d.value(where)
     if value is None:
         return None
-    return f"SELECT {_c(t, shown)} FROM {_t(t)} WHERE {_c(t, where)} = {_lit(value)}"
+    return (
+        f"SELECT {_c(t, shown)} FROM {_t(t)} WHERE {_c(t, where)} = {_lit(value)}",
+        f"the {_words(shown.name)} of every {_words(t.name)} row whose {_words(where.name)} is "
+        f"{_lit(value)}",
+    )
 
 
-def _aggregate(d: Draw) -> str | None:
+def _aggregate(d: Draw) -> Filled | None:
     t = d.table()
     n = d.column(t, "number") if t else None
     if not n:
         return None
     fa, fb = d.rng.sample(["avg", "max", "min", "sum"], 2)
-    return f"SELECT {fa}({_c(t, n)}), {fb}({_c(t, n)}) FROM {_t(t)}"
+    return (
+        f"SELECT {fa}({_c(t, n)}), {fb}({_c(t, n)}) FROM {_t(t)}",
+        f"the {_AGG_WORDS[fa]} and the {_AGG_WORDS[fb]} {_words(n.name)} over all "
+        f"{_words(t.name)} rows",
+    )
 
 
-def _count_compare(d: Draw) -> str | None:
+def _count_compare(d: Draw) -> Filled | None:
     t = d.table()
     n = d.column(t, "number") if t else None
     value = d.value(n) if n else None
     if value is None:
         return None
     op = d.rng.choice([">", "<", ">="])
-    return f"SELECT count(*) FROM {_t(t)} WHERE {_c(t, n)} {op} {_lit(value)}"
+    return (
+        f"SELECT count(*) FROM {_t(t)} WHERE {_c(t, n)} {op} {_lit(value)}",
+        f"how many {_words(t.name)} rows have a {_words(n.name)} {_OP_WORDS[op]} {_lit(value)}",
+    )
 
 
-def _group_count(d: Draw) -> str | None:
+def _group_count(d: Draw) -> Filled | None:
     t = d.table()
     g = d.column(t, "text") if t else None
     if not g:
         return None
-    return f"SELECT {_c(t, g)}, count(*) FROM {_t(t)} GROUP BY {_c(t, g)}"
+    return (
+        f"SELECT {_c(t, g)}, count(*) FROM {_t(t)} GROUP BY {_c(t, g)}",
+        f"each different {_words(g.name)} in {_words(t.name)}, with how many "
+        f"{_words(t.name)} rows have it",
+    )
 
 
-def _top(d: Draw) -> str | None:
+def _top(d: Draw) -> Filled | None:
     drawn = d.labelled_numbers()
     if not drawn:
         return None
     t, shown, n = drawn
     order = d.rng.choice(["DESC", "ASC"])
-    return f"SELECT {_c(t, shown)} FROM {_t(t)} ORDER BY {_c(t, n)} {order} LIMIT 1"
+    most = "largest" if order == "DESC" else "smallest"
+    return (
+        f"SELECT {_c(t, shown)} FROM {_t(t)} ORDER BY {_c(t, n)} {order} LIMIT 1",
+        f"the {_words(shown.name)} of the {_words(t.name)} row with the {most} {_words(n.name)}",
+    )
 
 
-def _join_filter(d: Draw) -> str | None:
+def _join_filter(d: Draw) -> Filled | None:
     j = d.join()
     if not j:
         return None
@@ -234,62 +274,90 @@ def _join_filter(d: Draw) -> str | None:
         return None
     return (
         f"SELECT T1.{ident(shown.name)} FROM {_joined(j)} "
-        f"WHERE T2.{ident(where.name)} = {_lit(value)}"
+        f"WHERE T2.{ident(where.name)} = {_lit(value)}",
+        f"the {_words(shown.name)} of every {_words(j.child.name)} row whose linked "
+        f"{_words(j.parent.name)} row has the {_words(where.name)} {_lit(value)}",
     )
 
 
-def _join_group(d: Draw) -> str | None:
+def _join_group(d: Draw) -> Filled | None:
     drawn = d.joined_label()
     if not drawn:
         return None
     j, shown = drawn
-    return f"SELECT T2.{ident(shown.name)}, count(*) FROM {_joined(j)} GROUP BY T2.{ident(j.pk)}"
+    child, parent = _words(j.child.name), _words(j.parent.name)
+    return (
+        f"SELECT T2.{ident(shown.name)}, count(*) FROM {_joined(j)} GROUP BY T2.{ident(j.pk)}",
+        f"for each {parent} row that {child} rows refer to: its {_words(shown.name)} and how "
+        f"many {child} rows refer to it (a count of {child} rows)",
+    )
 
 
-def _having(d: Draw) -> str | None:
+def _having(d: Draw) -> Filled | None:
     t = d.table()
     g = d.column(t, "text") if t else None
     if not g:
         return None
     k = d.rng.choice([1, 2])
-    return f"SELECT {_c(t, g)} FROM {_t(t)} GROUP BY {_c(t, g)} HAVING count(*) > {k}"
+    return (
+        f"SELECT {_c(t, g)} FROM {_t(t)} GROUP BY {_c(t, g)} HAVING count(*) > {k}",
+        f"the {_words(g.name)} values that more than {k} {_words(t.name)} rows share "
+        f"(the values themselves, not a count)",
+    )
 
 
-def _above_average(d: Draw) -> str | None:
+def _above_average(d: Draw) -> Filled | None:
     drawn = d.labelled_numbers()
     if not drawn:
         return None
     t, shown, n = drawn
     op = d.rng.choice([">", "<"])
+    side = "above" if op == ">" else "below"
     return (
         f"SELECT {_c(t, shown)} FROM {_t(t)} WHERE {_c(t, n)} {op} "
-        f"(SELECT avg({_c(t, n)}) FROM {_t(t)})"
+        f"(SELECT avg({_c(t, n)}) FROM {_t(t)})",
+        f"the {_words(shown.name)} of every {_words(t.name)} row whose {_words(n.name)} is "
+        f"{side} the average {_words(n.name)} of all {_words(t.name)} rows",
     )
 
 
-def _without(d: Draw) -> str | None:
+def _without(d: Draw) -> Filled | None:
     drawn = d.joined_label()
     if not drawn:
         return None
     j, shown = drawn
     return (
         f"SELECT {ident(shown.name)} FROM {_t(j.parent)} WHERE {ident(j.pk)} NOT IN "
-        f"(SELECT {ident(j.fk)} FROM {_t(j.child)})"
+        f"(SELECT {ident(j.fk)} FROM {_t(j.child)})",
+        f"the {_words(shown.name)} of every {_words(j.parent.name)} row that no "
+        f"{_words(j.child.name)} row refers to",
     )
 
 
-def _join_top(d: Draw) -> str | None:
+def _join_top(d: Draw) -> Filled | None:
     drawn = d.joined_label()
     if not drawn:
         return None
     j, shown = drawn
+    child, parent = _words(j.child.name), _words(j.parent.name)
     return (
         f"SELECT T2.{ident(shown.name)} FROM {_joined(j)} GROUP BY T2.{ident(j.pk)} "
-        f"ORDER BY count(*) DESC LIMIT 1"
+        f"ORDER BY count(*) DESC LIMIT 1",
+        f"the {_words(shown.name)} of the {parent} row that the most {child} rows refer to "
+        f"(counting {child} rows)",
     )
 
 
-def _both(d: Draw) -> str | None:
+_SET_WORDS = {
+    "INTERSECT": "the {s} values found both among {t} rows with {w} greater than {lo} and "
+    "among {t} rows with {w} less than {hi}",
+    "EXCEPT": "the {s} values of {t} rows with {w} greater than {lo}, leaving out every {s} "
+    "that also belongs to some {t} row with {w} less than {hi}",
+    "UNION": "the {s} values of {t} rows with {w} greater than {lo} or less than {hi}",
+}
+
+
+def _both(d: Draw) -> Filled | None:
     drawn = d.labelled_numbers()
     if not drawn:
         return None
@@ -298,13 +366,17 @@ def _both(d: Draw) -> str | None:
     if lo is None or hi is None:
         return None
     op = d.rng.choice(["INTERSECT", "EXCEPT", "UNION"])
+    meaning = _SET_WORDS[op].format(
+        s=_words(shown.name), t=_words(t.name), w=_words(where.name), lo=_lit(lo), hi=_lit(hi)
+    )
     return (
         f"SELECT {_c(t, shown)} FROM {_t(t)} WHERE {_c(t, where)} > {_lit(lo)} {op} "
-        f"SELECT {_c(t, shown)} FROM {_t(t)} WHERE {_c(t, where)} < {_lit(hi)}"
+        f"SELECT {_c(t, shown)} FROM {_t(t)} WHERE {_c(t, where)} < {_lit(hi)}",
+        meaning,
     )
 
 
-Template = tuple[str, str, Callable[[Draw], "str | None"]]
+Template = tuple[str, str, Callable[[Draw], "Filled | None"]]
 TEMPLATES: tuple[Template, ...] = (
     ("count", "easy", _count),
     ("project_filter", "easy", _project_filter),
@@ -337,6 +409,8 @@ class Draft:
     difficulty: str
     n_rows: int
     result_hash: str
+    meaning: str = ""
+    """What the SQL returns in plain words (the template's gloss; "" when unknown)."""
 
 
 def _normal(sql: str) -> str:
@@ -348,7 +422,7 @@ def _result_hash(rows: Sequence[tuple]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def check_draft(db: Database, template: str, sql: str) -> Draft | str:
+def check_draft(db: Database, template: str, sql: str, meaning: str = "") -> Draft | str:
     """A :class:`Draft` when ``sql`` is a usable label on ``db``, else the reason it is not."""
     try:
         result = db.execute(sql, timeout_s=TIMEOUT_S, max_rows=MAX_ROWS + 1)
@@ -365,7 +439,7 @@ def check_draft(db: Database, template: str, sql: str) -> Draft | str:
         return "every group holds one row: the grouping says nothing"
     if " LIMIT " in sql.upper() and not _limit_is_determined(db, sql):
         return "a tie at the LIMIT boundary: the answer is not determined"
-    return Draft(template, sql, spider_hardness(sql), len(rows), _result_hash(rows))
+    return Draft(template, sql, spider_hardness(sql), len(rows), _result_hash(rows), meaning)
 
 
 def _limit_is_determined(db: Database, sql: str) -> bool:
@@ -412,11 +486,12 @@ def draft_queries(
             return
         level = rng.choices(levels, weights)[0]
         name, _level, fill = rng.choice(by_level[level])
-        sql = fill(draw)
-        if sql is None or _normal(sql) in seen:
+        filled = fill(draw)
+        if filled is None or _normal(filled[0]) in seen:
             continue
+        sql, meaning = filled
         seen.add(_normal(sql))
-        verdict = check_draft(db, name, sql)
+        verdict = check_draft(db, name, sql, meaning)
         if isinstance(verdict, str):
             yield (name, sql, verdict)
             continue
@@ -432,7 +507,8 @@ def draft_queries(
 
 
 def describe(draft: Draft, db: Database, describer: Any, *, sample_rows: int = 0) -> str:
-    """The LM's question for ``draft.sql``, from the DDL of the tables it reads ("" on garbage).
+    """The LM's question for ``draft.sql``, from the DDL of the tables it reads and the draft's
+    meaning in plain words ("" on garbage).
 
     ``sample_rows > 0`` shows that many stored rows under each table (Dubo-SQL v1's layout): a
     column whose name alone misleads (an episode's ``Number_in_season`` read as a count of
@@ -453,7 +529,7 @@ def describe(draft: Draft, db: Database, describer: Any, *, sample_rows: int = 0
     ddl = render_ddl_with_rows(schema, rows=sample_rows, layout="pretty")  # 0: the DDL alone
     with use_default_adapter():
         try:
-            out = describer(db_schema=ddl, sql=draft.sql)
+            out = describer(db_schema=ddl, sql=draft.sql, meaning=draft.meaning or "(not given)")
         except Exception as err:  # noqa: BLE001 - a garbage reply rejects the pair, not the run
             from sqlweave.failures import raise_if_run_failure
 

@@ -207,3 +207,45 @@ def test_cli_synthesize_checks_accept_and_the_checking_programs_switches(tmp_pat
     assert result.exit_code == 2 and "samples" in result.output
     result = CliRunner().invoke(cli.app, [*base, "--set", "nonsense=1"])
     assert result.exit_code == 2 and "unknown switch 'nonsense'" in result.output
+
+
+def test_every_template_says_what_its_sql_returns():
+    """Each draft carries a meaning in plain words, built from the parts its SQL was filled with:
+    the selected column's words, and the values the SQL compares with."""
+    import re
+
+    from sqlweave.optimizers.synthesis import _words
+
+    db = Database.open(DEMO_CONCERT_DB)
+    drafts = [d for d in draft_queries(db, 200) if isinstance(d, Draft)]
+    assert {d.template for d in drafts} == {name for name, _level, _fill in TEMPLATES}
+    for d in drafts:
+        assert d.meaning, d.template
+        shown = re.match(r"SELECT (?:T\d\.)?\"?(\w+)\"?", d.sql)
+        if shown and not d.sql.startswith(("SELECT count(", "SELECT avg(", "SELECT max(")):
+            if not re.match(r"SELECT (min|sum)\(", d.sql):
+                assert _words(shown.group(1)) in d.meaning, (d.sql, d.meaning)
+        for literal in re.findall(r"'(?:[^']|'')*'", d.sql):
+            assert literal in d.meaning, (d.sql, d.meaning)
+    having = next(d for d in drafts if d.template == "having")
+    assert "not a count" in having.meaning
+    join_top = next(d for d in drafts if d.template == "join_top")
+    assert "counting" in join_top.meaning
+
+
+def test_words_of_names():
+    from sqlweave.optimizers.synthesis import _words
+
+    assert _words("Total_Horses") == "total horses"
+    assert _words("ShopId") == "shop id"
+    assert _words("hero-power.name") == "hero power name"
+
+
+def test_the_question_writer_reads_the_meaning():
+    lm = _lm()
+    with dspy.context(lm=lm):
+        [pair] = synthesize(DEMO_CONCERT_DB, 1, check=False, progress=False)
+    prompt = " ".join(str(m["content"]) for m in lm.history[0]["messages"])
+    db = Database.open(DEMO_CONCERT_DB)
+    first = next(d for d in draft_queries(db, 1) if isinstance(d, Draft))
+    assert first.sql == pair["gold_sql"] and first.meaning in prompt
