@@ -675,6 +675,7 @@ def synthesize(
                 verdict = {
                     "template": item.template,
                     "sql": item.sql,
+                    "meaning": item.meaning,
                     "question": question,
                     "kept": not why,
                     "why": why or "kept",
@@ -688,6 +689,7 @@ def synthesize(
                         "gold_sql": item.sql,
                         "difficulty": item.difficulty,
                         "template": item.template,
+                        "meaning": item.meaning,
                         "source": "synthetic",
                     }
                     pairs.append(pair)

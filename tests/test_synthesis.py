@@ -249,3 +249,4 @@ def test_the_question_writer_reads_the_meaning():
     db = Database.open(DEMO_CONCERT_DB)
     first = next(d for d in draft_queries(db, 1) if isinstance(d, Draft))
     assert first.sql == pair["gold_sql"] and first.meaning in prompt
+    assert pair["meaning"] == first.meaning  # kept beside the question, for reading the set
