@@ -13,8 +13,11 @@ OmniSQL's SynSQL and SENSE, scaled to a 2-core CPU:
    kept only if it runs, returns rows (at most :data:`MAX_ROWS`), is deterministic (no tie at an
    ORDER BY ... LIMIT boundary), is not a duplicate (same normalised SQL, or same template and
    result) and is not trivial (a bare ``SELECT *``).
-3. **The question is written by the LM** from the SQL and the DDL of the tables it reads
-   (:class:`~sqlweave.signatures.DescribeSQL`).
+3. **The question is written by the LM** from the SQL, the DDL of the tables it reads and the
+   template's *meaning*: what the SQL returns in plain words, built from the same drawn parts
+   (:class:`~sqlweave.signatures.DescribeSQL`). Reading the SQL alone, the 1.5B model misread
+   the templates whose meaning their surface hides (a HAVING asked as a count, a count of child
+   rows named as a count of parents); paraphrasing the meaning, it writes what the SQL asks.
 4. **Round trip.** A program (``direct`` by default) answers the written question; the pair is
    kept only when its SQL returns the template SQL's result. That filters questions the LM wrote
    badly, at the price of keeping fewer of the hardest pairs (recorded per difficulty).
