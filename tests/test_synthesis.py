@@ -250,3 +250,32 @@ def test_the_question_writer_reads_the_meaning():
     first = next(d for d in draft_queries(db, 1) if isinstance(d, Draft))
     assert first.sql == pair["gold_sql"] and first.meaning in prompt
     assert pair["meaning"] == first.meaning  # kept beside the question, for reading the set
+
+
+def test_meanings_survive_awkward_names(tmp_path: Path):
+    """Spaces, quotes, unicode and symbol-only names: every draft runs and says what it returns."""
+    path = tmp_path / "awkward.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE "Order Sets" ("Set ID" INTEGER PRIMARY KEY, "Nom Côté" TEXT, "%%" REAL);
+        CREATE TABLE "it""ems" (
+            "Item Id" INTEGER PRIMARY KEY, "qu""ote" TEXT, "Unit-Price" REAL,
+            "Set ID" INTEGER REFERENCES "Order Sets"("Set ID"));
+        """
+    )
+    conn.executemany(
+        'INSERT INTO "Order Sets" VALUES (?, ?, ?)',
+        [(1, "l'été", 1.5), (2, "hiver", 2.5), (3, "hiver", 3.5)],
+    )
+    conn.executemany(
+        'INSERT INTO "it""ems" VALUES (?, ?, ?, ?)',
+        [(i, f"O'Brien {i % 3}", 1.0 + i, 1 + i % 2) for i in range(1, 9)],
+    )
+    conn.commit()
+    conn.close()
+    db = Database.open(path)
+    drafts = [d for d in draft_queries(db, 30) if isinstance(d, Draft)]
+    assert len(drafts) >= 10
+    for d in drafts:
+        assert d.meaning.strip() and db.execute(d.sql).rows
