@@ -53,9 +53,15 @@ def work_dir(slice_name: str) -> Path:
 
 
 def stage_pairs(slice_name: str, pairs_dir: Path, out_dir: Path) -> list[Path]:
-    """Each database's pairs as ``out_dir/pairs.<db>.jsonl`` with the database's path, as
-    ``sqlweave synthesize`` writes them; returns the databases' files. A database without pairs
-    stops the run: synthesizing is ``synthesize_pairs.py``'s job, with its own figures."""
+    """Each database's pairs where ``sqlweave compile --synthetic-out out_dir/pairs`` reads them
+    (:func:`~sqlweave.optimizers.synthetic.pairs_files`: ``pairs`` itself for a one-database
+    slice such as bird-52, ``pairs.<db>.jsonl`` for several), with the database's path; returns
+    the databases' files. A database without pairs stops the run: synthesizing is
+    ``synthesize_pairs.py``'s job, with its own figures."""
+    from types import SimpleNamespace
+
+    from sqlweave.optimizers.synthetic import pairs_files
+
     paths = {ex.db_id: Path(ex.db_path) for ex in load_slice(slice_name)}
     out_dir.mkdir(parents=True, exist_ok=True)
     missing = [db for db in paths if not (pairs_dir / f"{db}.jsonl").is_file()]
@@ -64,10 +70,11 @@ def stage_pairs(slice_name: str, pairs_dir: Path, out_dir: Path) -> list[Path]:
             f"no synthesized pairs for {', '.join(sorted(missing))} in {pairs_dir}: run "
             f"python experiments/synthesize_pairs.py --dbs {' '.join(sorted(missing))}"
         )
-    for db, path in paths.items():
+    # pairs_files reads only each database's name
+    targets = pairs_files([SimpleNamespace(name=db) for db in paths], out_dir / "pairs")
+    for (db, path), target in zip(paths.items(), targets, strict=True):
         source = pairs_dir / f"{db}.jsonl"
         pairs = [json.loads(x) for x in source.read_text().splitlines() if x.strip()]
-        target = out_dir / f"pairs.{db}.jsonl"
         target.write_text("".join(json.dumps({**p, "db_path": str(path)}) + "\n" for p in pairs))
         tried = source.with_name(source.name + ".tried.jsonl")
         if tried.is_file():

@@ -43,3 +43,19 @@ def test_a_database_without_pairs_stops_with_the_command_that_makes_them(
         _write_pairs(tmp_path, db_id)
     with pytest.raises(SystemExit, match=f"synthesize_pairs.py --dbs {dbs[0]}$"):
         synthetic_compile.stage_pairs("spider-train-val", tmp_path, tmp_path / "work")
+
+
+def test_a_one_database_slice_is_staged_where_the_compile_reads_it(
+    bird_root: Path, tmp_path: Path
+) -> None:
+    """With one ``--db``, ``sqlweave compile --synthetic-out F`` reads F itself: staging under
+    another name made the compile synthesize the set again."""
+    bird = load_slice("bird-52")
+    [db_id] = sorted({ex.db_id for ex in bird})
+    source, work = tmp_path / "pairs", tmp_path / "work"
+    source.mkdir()
+    _write_pairs(source, db_id)
+    synthetic_compile.stage_pairs("bird-52", source, work)
+    staged = json.loads((work / "pairs").read_text())
+    assert Path(staged["db_path"]) == Path(bird[0].db_path)
+    assert (work / "pairs.tried.jsonl").read_text() == '{"why": "kept"}\n'
