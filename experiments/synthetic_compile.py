@@ -58,8 +58,9 @@ def stage_pairs(slice_name: str, pairs_dir: Path, out_dir: Path) -> list[Path]:
     slice such as bird-52, ``pairs.<db>.jsonl`` for several), with the database's path; returns
     the databases' files. A database without pairs stops the run: synthesizing is
     ``synthesize_pairs.py``'s job, with its own figures."""
-    from types import SimpleNamespace
+    from contextlib import ExitStack
 
+    from sqlweave.db import Database
     from sqlweave.optimizers.synthetic import pairs_files
 
     paths = {ex.db_id: Path(ex.db_path) for ex in load_slice(slice_name)}
@@ -70,8 +71,9 @@ def stage_pairs(slice_name: str, pairs_dir: Path, out_dir: Path) -> list[Path]:
             f"no synthesized pairs for {', '.join(sorted(missing))} in {pairs_dir}: run "
             f"python experiments/synthesize_pairs.py --dbs {' '.join(sorted(missing))}"
         )
-    # pairs_files reads only each database's name
-    targets = pairs_files([SimpleNamespace(name=db) for db in paths], out_dir / "pairs")
+    with ExitStack() as stack:  # named as the compile names the databases it opens
+        opened = [stack.enter_context(Database.open(path)) for path in paths.values()]
+        targets = pairs_files(opened, out_dir / "pairs")
     for (db, path), target in zip(paths.items(), targets, strict=True):
         source = pairs_dir / f"{db}.jsonl"
         pairs = [json.loads(x) for x in source.read_text().splitlines() if x.strip()]

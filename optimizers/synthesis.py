@@ -183,7 +183,8 @@ Filled = tuple[str, str]
 
 def _words(name: str) -> str:
     """A table or column name as words: ``Total_Horses`` -> ``total horses``, ``ShopId`` ->
-    ``shop id``."""
+    ``shop id``. Not :func:`sqlweave.schema_filter.words`: its match tokens keep ASCII letters
+    and digits only, which would show the question writer ``Nom Côté`` as ``nom c t``."""
     spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name)
     return " ".join(re.sub(r"[_\-.]+", " ", spaced).split()).lower()
 
