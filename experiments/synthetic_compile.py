@@ -7,7 +7,10 @@ For one program and one slice this script
    to ``results/synthesis/<db>.jsonl``; no question of the slice is read to make them) and
    compiles the program on them with ``sqlweave compile --db ... --synthesize N`` (the command a
    user runs; ``N`` pairs per database, a fifth of each held for validation), optimizer ``knn``:
-   per question, the ``--k`` nearest synthesized questions of its own database as demos;
+   per question, the ``--k`` nearest synthesized questions of its own database as demos; or,
+   with ``--optimizer search``, the switch search over ``--space`` (pairs synthesized without
+   the round trip, ``--no-check``, and ``--val-fraction`` of each database's pairs validating:
+   a search needs no demos, only validation the round-trip program did not pick);
 2. with ``--spider``, compiles the same program with the same optimizer on Spider train (the
    slice's databases held out), as every compile before synthesis did;
 3. runs ``protocol.py`` on the slice's real questions for naive, the uncompiled program and each
@@ -17,6 +20,12 @@ For one program and one slice this script
    compile and naive (bootstrap interval, McNemar's exact p).
 
     python experiments/synthetic_compile.py --slice spider-train-val --n 20 --k 4 --spider
+    python experiments/synthetic_compile.py --slice spider-train-val --n 12 --optimizer search \
+        --space samples=1,8 --space repair=none,joins --space repair_scope=fallback,all \
+        --val-fraction 0.9 --no-check --pairs results/synthesis-unchecked --design unchecked
+
+``--baseline NAME=RUN.jsonl`` pairs the synthetic compile with any other recorded run of the
+slice as well (e.g. the program compiled on Spider train by the switch search).
 
 The pairs files get this machine's database paths in a work folder
 (``$SQLWEAVE_CACHE/synthetic-experiments/<slice>``, else ``~/.cache/sqlweave/...``), and the
@@ -39,7 +48,7 @@ from protocol import stem as protocol_stem
 from run_programs import _commit, model_tag
 
 from sqlweave.data import load_slice
-from sqlweave.evaluate import compare, read_records
+from sqlweave.evaluate import compare, read_records, summarize
 from sqlweave.optimizers.synthetic import cache_dir
 
 HERE = Path(__file__).resolve().parent
@@ -84,10 +93,16 @@ def stage_pairs(slice_name: str, pairs_dir: Path, out_dir: Path) -> list[Path]:
     return sorted(paths.values())
 
 
-def compile_knn(args: argparse.Namespace, artefact: Path, data: list[str]) -> None:
-    """``sqlweave compile`` of the program with ``knn`` (``--k`` demos) on ``data``'s options."""
+def compile_cmd(args: argparse.Namespace, artefact: Path, data: list[str]) -> None:
+    """``sqlweave compile`` of the program on ``data``'s options: ``knn`` with ``--k`` demos, or
+    the switch search over ``--space`` (every trial scored on all of validation)."""
     cmd = [sys.executable, "-m", "sqlweave", "compile", "--program", args.program]
-    cmd += ["--optimizer", "knn", "--max-demos", str(args.k), "--model", args.model, *data]
+    cmd += ["--optimizer", args.optimizer, "--model", args.model, *data]
+    if args.optimizer == "knn":
+        cmd += ["--max-demos", str(args.k)]
+    else:
+        cmd += ["--trials", str(args.trials), "--n-val", "0", "--search-val", "0"]
+        cmd += [part for item in args.space for part in ("--space", item)]
     _run([*cmd, "--out", str(artefact), "--no-progress"], dict(os.environ))
 
 
@@ -97,7 +112,9 @@ def synthetic_data(args: argparse.Namespace) -> list[str]:
     staged = work_dir(args.slice) / args.design if args.design else work_dir(args.slice)
     dbs = stage_pairs(args.slice, args.pairs, staged)
     data = [part for db in dbs for part in ("--db", str(db))]
-    return [*data, "--synthesize", str(args.n), "--synthetic-out", str(staged / "pairs")]
+    data += ["--synthesize", str(args.n), "--synthetic-out", str(staged / "pairs")]
+    data += ["--synthetic-val-fraction", str(args.val_fraction)]
+    return [*data, "--no-synthesis-check"] if args.no_check else data
 
 
 def spider_data(args: argparse.Namespace) -> list[str]:
@@ -145,9 +162,26 @@ def main() -> None:
         help="a name for this synthetic set's design (e.g. 'any'): it names the artefact, the "
         "protocol run and the result file, so designs never resume each other's runs",
     )
+    parser.add_argument("--optimizer", choices=("knn", "search"), default="knn")
+    parser.add_argument("--space", action="append", default=[], help="search: switch=a,b,c")
+    parser.add_argument("--trials", type=int, default=8, help="search: configurations to try")
+    parser.add_argument(
+        "--val-fraction", type=float, default=0.2, help="each database's share that validates"
+    )
+    parser.add_argument(
+        "--no-check", action="store_true", help="the pairs were synthesized without round trip"
+    )
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        help="NAME=RUN.jsonl: another recorded run of the slice to pair the compile with",
+    )
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--n-threads", type=int, default=None)
     args = parser.parse_args()
+    if args.optimizer == "search" and not args.space:
+        parser.error("--optimizer search needs --space (the switches the compile may choose)")
     if args.n_threads:
         os.environ["SQLWEAVE_N_THREADS"] = str(args.n_threads)  # the compiles' threads
 
@@ -158,7 +192,10 @@ def main() -> None:
     }
     # Artefacts beside the staged pairs, not under results/: they record this machine's paths,
     # and a knn compile rebuilds them in seconds with no LM call.
-    knn = "knn" if args.k == 4 else f"knn{args.k}"  # the file names of k = 4, the first design
+    if args.optimizer == "knn":  # the file names of k = 4, the first design
+        knn = "knn" if args.k == 4 else f"knn{args.k}"
+    else:
+        knn = args.optimizer
     compiles = {"synthetic": synthetic_data, **({"spider": spider_data} if args.spider else {})}
     artefacts: dict[str, Path] = {}
     for name, data in compiles.items():
@@ -167,18 +204,31 @@ def main() -> None:
             optimizer += f"-{args.design}"
         artefact = work_dir(args.slice) / f"{args.program}__{optimizer}__{tag}.artefact.json"
         if not artefact.exists():
-            compile_knn(args, artefact, data(args))
+            compile_cmd(args, artefact, data(args))
         artefacts[name] = artefact
         rows[name] = protocol(
             args, program=args.program, artefact=artefact, config=f"compiled-{optimizer}"
         )
 
+    for item in args.baseline:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not Path(path).is_file():
+            sys.exit(f"--baseline needs NAME=RUN.jsonl of a recorded run, got {item!r}")
+        records = read_records(Path(path))
+        summary = {**summarize(records), "records": Path(path).name}
+        rows[name] = {"row": _interval(summary), "records": records}
+
     meta = json.loads(artefacts["synthetic"].read_text())["meta"]
+    search = ((meta.get("extra") or {}).get("details") or {}).get("search")
     result = {
         "program": args.program,
         "slice": args.slice,
         "model": args.model,
-        "k": args.k,
+        "optimizer": args.optimizer,
+        "k": args.k if args.optimizer == "knn" else None,
+        "chosen_switches": meta.get("switches"),
+        "search": search,
+        "synthetic_val_ex_pct": meta.get("val_ex_pct"),
         "design": args.design or "answer",
         "synthetic": _portable((meta.get("extra") or {}).get("synthetic") or {}),
         "rows": {name: run["row"] for name, run in rows.items()},

@@ -7,11 +7,20 @@ file each), splits them with a seeded shuffle, and returns the record an artefac
 (``meta.extra["synthetic"]``): the set's sha256, its size and the databases it belongs to, any
 password redacted.
 
-**Split.** Each database's pairs are split on their own (a seeded fifth to validation, at least
-one when a database has two pairs or more, none when it has one), so every database has demos
-and validation questions alike: the compile is for these databases, not for unseen ones, unlike
+**Split.** Each database's pairs are split on their own (a seeded share to validation,
+``val_fraction``, a fifth by default; at least one when a database has two pairs or more, none
+when it has one, and always one left to train), so every database has demos and validation
+questions alike: the compile is for these databases, not for unseen ones, unlike
 :func:`sqlweave.api.default_validation`, which holds whole databases out. Validation keeps at
 most ``n_val`` pairs, taken in turn from each database; the pairs beyond go back to train.
+
+**Which share.** A compile that tunes demos needs the pairs to train on; a switch search needs
+none, only enough validation to tell configurations apart (a fifth of 10 pairs is 2 questions
+a database): give it a larger share (``val_fraction=0.9``). And a switch search should validate
+on pairs the round trip did not filter (``check=False``): the round trip keeps exactly the
+questions the round-trip program (``direct``, greedy) already answers, so on such pairs that
+program's own configuration scores near 100 % and no other can beat it (measured: README,
+"Choosing switches on synthesized questions").
 
 **Files.** Without ``out``, pairs go to ``$SQLWEAVE_CACHE/synthetic`` (else
 ``~/.cache/sqlweave/synthetic``), one file per database and settings (seed, round trip), so a
@@ -46,7 +55,7 @@ from sqlweave.optimizers.synthesis import (
 logger = logging.getLogger(__name__)
 
 VAL_FRACTION = 0.2
-"""The share of each database's pairs that validates."""
+"""The share of each database's pairs that validates, by default."""
 
 
 @dataclass
@@ -138,16 +147,34 @@ def open_databases(dbs: Database | str | Path | Sequence[Database | str | Path])
     return databases
 
 
+def check_val_fraction(val_fraction: float) -> float:
+    """``val_fraction`` if it is a share strictly between 0 and 1, else :class:`SynthesisError`."""
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, int | float):
+        raise SynthesisError(f"the validation share must be a number, got {val_fraction!r}")
+    if not 0 < val_fraction < 1:
+        raise SynthesisError(
+            f"the validation share must be above 0 and below 1 (some pairs validate, some "
+            f"train), got {val_fraction}"
+        )
+    return float(val_fraction)
+
+
 def split_pairs(
-    by_db: Sequence[Sequence[dict[str, Any]]], *, seed: int = 0, n_val: int = 0
+    by_db: Sequence[Sequence[dict[str, Any]]],
+    *,
+    seed: int = 0,
+    n_val: int = 0,
+    val_fraction: float = VAL_FRACTION,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(train, val)`` from each database's pairs (see the module doc); ``n_val=0``: no cap."""
+    val_fraction = check_val_fraction(val_fraction)
     train: list[dict[str, Any]] = []
     held: list[list[dict[str, Any]]] = []
     for pairs in by_db:
         shuffled = list(pairs)
         random.Random(f"synthetic-split:{seed}").shuffle(shuffled)
-        k = max(1, int(len(shuffled) * VAL_FRACTION)) if len(shuffled) > 1 else 0
+        n = len(shuffled)
+        k = min(n - 1, max(1, int(n * val_fraction))) if n > 1 else 0
         held.append(shuffled[:k])
         train += shuffled[k:]
     # In turn from each database, so a cap keeps every database in validation.
@@ -175,12 +202,14 @@ def synthetic_sets(
     out: str | Path | None = None,
     seed: int = 0,
     n_val: int = 0,
+    val_fraction: float = VAL_FRACTION,
     program: Any = "direct",
     check: bool = True,
     progress: bool = True,
 ) -> SyntheticSet:
-    """``n`` pairs for each of ``dbs``, split into train and validation (``n_val`` caps it; 0:
-    a fifth of every database's pairs), with the artefact's record of them.
+    """``n`` pairs for each of ``dbs``, split into train and validation (``val_fraction`` of
+    every database's pairs, a fifth by default; ``n_val`` caps it, 0: no cap), with the
+    artefact's record of them.
 
     Uses DSPy's configured LM (the describer and the round-trip ``program``). A database that
     yields fewer pairs than asked is kept, with a warning; one that yields none raises
@@ -191,6 +220,7 @@ def synthetic_sets(
 
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise SynthesisError(f"synthesize must be a positive number of pairs, got {n!r}")
+    val_fraction = check_val_fraction(val_fraction)
     databases = open_databases(dbs)
     name = program if isinstance(program, str) else type(program).__name__
     files = pairs_files(databases, out, seed=seed, check=check, program=name)
@@ -226,7 +256,7 @@ def synthetic_sets(
                     "file": str(path),
                 }
             )
-    train, val = split_pairs(by_db, seed=seed, n_val=n_val)
+    train, val = split_pairs(by_db, seed=seed, n_val=n_val, val_fraction=val_fraction)
     everything = [p for pairs in by_db for p in pairs]
     record = {
         "sha256": pairs_hash(everything),
@@ -235,6 +265,7 @@ def synthetic_sets(
         "databases": entries,
         "n_train": len(train),
         "n_val": len(val),
+        "val_fraction": val_fraction,
         "seed": seed,
         "check": check,
         "program": name,
@@ -249,6 +280,7 @@ def synthetic_sets(
 
 __all__ = [
     "SyntheticSet",
+    "check_val_fraction",
     "default_pairs_file",
     "open_databases",
     "pairs_files",

@@ -249,6 +249,7 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     synthesize: int | None = None,
     synthetic_out: str | Path | None = None,
     synthesis_check: bool = True,
+    synthetic_val_fraction: float = 0.2,
     optimizer: str = "bootstrap",
     metric: Callable[..., Any] | None = None,
     budget: int | None = None,
@@ -286,8 +287,11 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     (:func:`sqlweave.optimizers.synthetic.synthetic_sets`; ``synthesis_check=False`` skips the
     round trip), written to ``synthetic_out`` (default: a file per database in
     ``~/.cache/sqlweave/synthetic``; a rerun resumes it), split by a seeded shuffle into train
-    and validation (a fifth of each database's pairs, at most ``n_val``; with a ``valset``
-    every pair trains), and compiled on as any train set is. The artefact records the set in
+    and validation (``synthetic_val_fraction`` of each database's pairs, a fifth by default, at
+    most ``n_val``; with a ``valset`` every pair trains), and compiled on as any train set is.
+    A switch search needs no demos, only validation that tells configurations apart: give it
+    a larger share (0.9) and pairs the round trip did not filter (``synthesis_check=False``;
+    see :mod:`sqlweave.optimizers.synthetic`). The artefact records the set in
     ``meta.extra["synthetic"]``: its sha256, its size, each database (password redacted) and
     the synthesis's LM calls. ``trainset`` and ``synthesize`` do not combine
     (``ValueError``): to add labelled questions, synthesize to a file with
@@ -330,6 +334,7 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
             out=synthetic_out,
             seed=seed,
             n_val=n_val,
+            val_fraction=synthetic_val_fraction,
             check=synthesis_check,
             progress=progress,
         )
@@ -349,7 +354,10 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
         trainset, valset, how = default_validation(trainset, n_val=n_val, seed=seed)
         logger.info("validating on %s", how)
     elif synthetic is not None and valset is synthetic.val:
-        how = "a seeded fifth of each database's synthesized pairs"
+        how = (
+            f"a seeded {100 * synthetic_val_fraction:g} % of each database's synthesized pairs"
+            f"{'' if synthesis_check else ' (no round trip)'}"
+        )
     else:
         how = "given"
     valset = list(valset)

@@ -892,6 +892,14 @@ def compile_cmd(
             help="keep only synthesized pairs that pass the round trip",
         ),
     ] = True,
+    synthetic_val_fraction: Annotated[
+        float,
+        typer.Option(
+            "--synthetic-val-fraction",
+            help="with --synthesize: the share of each database's pairs that validates (the "
+            "rest train); a switch search needs no demos, so give it more (0.9)",
+        ),
+    ] = 0.2,
     val: Annotated[
         str | None,
         typer.Option(
@@ -948,7 +956,7 @@ def compile_cmd(
     Train and validation data: spider, bird, or your own questions file (a JSON list or JSON
     Lines of objects with question, sql and db_path or db_id; see the README). No questions?
     --db YOUR_DB --synthesize N makes N pairs for your database (as sqlweave synthesize does),
-    validates on a seeded fifth of them and compiles on the rest.
+    validates on a seeded fifth of them (--synthetic-val-fraction) and compiles on the rest.
     """
     level = _setup_logging(verbose, quiet)
     progress = progress and level >= 0
@@ -979,6 +987,7 @@ def compile_cmd(
         synthesize=synthesize,
         synthetic_out=synthetic_out,
         synthesis_check=synthesis_check,
+        synthetic_val_fraction=synthetic_val_fraction,
     )
 
 
@@ -1025,6 +1034,7 @@ def _compile(
     synthesize: int | None = None,
     synthetic_out: Path | None = None,
     synthesis_check: bool = True,
+    synthetic_val_fraction: float = 0.2,
 ) -> Any:
     from sqlweave.api import compile as run_compile
     from sqlweave.data import DataError
@@ -1067,6 +1077,12 @@ def _compile(
         _fail(f"--checkpoint {checkpoint} is a directory; give a file path")
     databases: list[Any] = []
     if synthesize is not None or db:
+        from sqlweave.optimizers.synthetic import check_val_fraction
+
+        try:
+            check_val_fraction(synthetic_val_fraction)
+        except ValueError as err:
+            _fail(f"--synthetic-val-fraction: {err}")
         databases, synthetic_out = _synthesis_inputs(
             db or [],
             synthesize,
@@ -1099,6 +1115,7 @@ def _compile(
             synthesize=synthesize,
             synthetic_out=synthetic_out,
             synthesis_check=synthesis_check,
+            synthetic_val_fraction=synthetic_val_fraction,
             optimizer=optimizer,
             budget=budget,
             max_demos=max_demos,

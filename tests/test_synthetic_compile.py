@@ -66,6 +66,18 @@ def test_split_is_seeded_per_database_and_handles_tiny_sets():
     assert split_pairs([], seed=0) == ([], [])
 
 
+def test_a_larger_validation_share_still_leaves_every_database_a_pair_to_train():
+    a, b, c = _pairs("a", 10), _pairs("b", 2), _pairs("c", 1)
+    train, val = split_pairs([a, b, c], seed=0, val_fraction=0.9)
+    assert len(val) == 9 + 1 + 0 and len(train) == 1 + 1 + 1
+    assert {p["db_id"] for p in train} == {"a", "b", "c"}
+    # the default share is a fifth; the share changes which pairs validate, not the shuffle
+    assert split_pairs([a], seed=0)[1] == split_pairs([a], seed=0, val_fraction=0.9)[1][:2]
+    for bad in (0, 1, 1.5, -0.1, True, "0.5"):
+        with pytest.raises(SynthesisError, match="validation share"):
+            split_pairs([a], seed=0, val_fraction=bad)
+
+
 def test_pairs_hash_is_the_canonical_content():
     pairs = [{"b": 2, "a": "é"}, {"a": 1}]
     reordered = [{"a": 1}, {"a": "é", "b": 2}]
@@ -258,6 +270,10 @@ def test_cli_bad_input_is_one_error_line(tmp_path: Path, monkeypatch: pytest.Mon
         (["--db", str(DEMO_CONCERT_DB)], "--synthesize N"),
         (["--db", str(DEMO_CONCERT_DB), "--synthesize", "3", "--train", "spider"], "not combine"),
         (["--db", str(DEMO_CONCERT_DB), "--synthesize", "3", "--n-train", "4"], "--n-train"),
+        (
+            ["--db", str(DEMO_CONCERT_DB), "--synthesize", "3", "--synthetic-val-fraction", "1"],
+            "--synthetic-val-fraction: the validation share must be above 0 and below 1",
+        ),
     ]
     for args, message in cases:
         result = CliRunner().invoke(cli.app, ["compile", *args, "--out", out, "--no-progress"])
@@ -289,6 +305,17 @@ def test_cli_compile_on_synthesized_pairs(tmp_path: Path, monkeypatch: pytest.Mo
     assert "synthetic set: 4 pairs (2 train, 2 validation)" in result.output
     for name in ("concert_singer", "pets_1"):
         assert f"2 pairs in {tmp_path / f'shop.synthetic.{name}.jsonl'}" in result.output
+    # a switch search validates on most of the pairs: the share is the user's
+    args = ["compile", "--db", str(DEMO_CONCERT_DB), "--synthesize", "5", "--no-synthesis-check"]
+    args += ["--synthetic-val-fraction", "0.8", "--optimizer", "labeled", "--out", str(out)]
+    result = CliRunner().invoke(cli.app, [*args, "--n-val", "0", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "synthetic set: 5 pairs (1 train, 4 validation)" in result.output
+    meta = load_program(out)[1]
+    assert meta.extra["synthetic"]["val_fraction"] == 0.8
+    assert meta.extra["validation"] == (
+        "a seeded 80 % of each database's synthesized pairs (no round trip)"
+    )
 
 
 def test_pairs_of_a_duckdb_database_name_it_by_url(tmp_path: Path):

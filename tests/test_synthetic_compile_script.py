@@ -59,3 +59,25 @@ def test_a_one_database_slice_is_staged_where_the_compile_reads_it(
     staged = json.loads((work / "pairs").read_text())
     assert Path(staged["db_path"]) == Path(bird[0].db_path)
     assert (work / "pairs.tried.jsonl").read_text() == '{"why": "kept"}\n'
+
+
+def test_the_search_compile_scores_every_trial_on_all_of_validation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--optimizer search`` hands the compile its space, no validation cap and the share of
+    pairs that validates; ``knn`` keeps its demos option."""
+    ran: list[list[str]] = []
+    monkeypatch.setattr(synthetic_compile, "_run", lambda cmd, env: ran.append(cmd))
+    args = type("Args", (), {})()
+    args.program, args.model, args.k, args.trials = "direct", "local:m", 4, 8
+    args.optimizer, args.space = "search", ["samples=1,8", "repair=none,joins"]
+    data = ["--db", "a.sqlite", "--synthesize", "12", "--synthetic-val-fraction", "0.9"]
+    synthetic_compile.compile_cmd(args, tmp_path / "a.json", data)
+    cmd = ran[-1]
+    assert cmd[cmd.index("--optimizer") + 1] == "search"
+    assert cmd[cmd.index("--n-val") + 1] == "0" and cmd[cmd.index("--search-val") + 1] == "0"
+    assert [cmd[i + 1] for i, part in enumerate(cmd) if part == "--space"] == args.space
+    assert "--max-demos" not in cmd and "0.9" in cmd
+    args.optimizer = "knn"
+    synthetic_compile.compile_cmd(args, tmp_path / "a.json", data)
+    assert ran[-1][ran[-1].index("--max-demos") + 1] == "4" and "--space" not in ran[-1]
