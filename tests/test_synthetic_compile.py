@@ -255,6 +255,28 @@ def test_a_database_with_few_usable_queries_compiles_on_an_honest_small_set(
     assert "not the 8 asked for" in caplog.text
 
 
+def test_a_search_on_round_trip_kept_pairs_is_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    """The round trip keeps what the program as it is answers: a search cannot rank there."""
+    val = [{"question": QUESTION, "sql": "SELECT count(*) FROM singer", "db": str(DEMO_CONCERT_DB)}]
+    for check, warned in ((True, True), (False, False)):
+        caplog.clear()
+        with dspy.context(lm=_lm()), caplog.at_level(logging.WARNING):
+            sqlweave.compile(
+                "direct",
+                valset=val,
+                db=DEMO_CONCERT_DB,
+                synthesize=3,
+                synthetic_out=tmp_path / f"s{check}.jsonl",
+                synthesis_check=check,
+                optimizer="search",
+                options={"space": {"samples": [1]}},
+                progress=False,
+            )
+        assert ("no other configuration can beat it" in caplog.text) is warned
+
+
 def test_cli_bad_input_is_one_error_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     _stand_in(monkeypatch, _lm("SELECT 'nothing like it'"))
     empty = _sqlite(tmp_path / "empty.sqlite")
