@@ -19,8 +19,8 @@ none, only enough validation to tell configurations apart (a fifth of 10 pairs i
 a database): give it a larger share (``val_fraction=0.9``). And a switch search should validate
 on pairs the round trip did not filter (``check=False``): the round trip keeps exactly the
 questions the round-trip program (``direct``, greedy) already answers, so on such pairs that
-program's own configuration scores near 100 % and no other can beat it (measured: README,
-"Choosing switches on synthesized questions").
+program's own configuration scores 100 % by construction and no other can beat it (README,
+"What a compile learns from synthesized questions").
 
 **Files.** Without ``out``, pairs go to ``$SQLWEAVE_CACHE/synthetic`` (else
 ``~/.cache/sqlweave/synthetic``), one file per database and settings (seed, round trip), so a
