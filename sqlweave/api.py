@@ -328,7 +328,7 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
                 "synthesize=N writes questions with the configured LM, and none is: call "
                 "sqlweave.configure(MODEL) first"
             )
-        if synthesis_check and "search" in optimizer.split("+"):
+        if synthesis_check and valset is None and "search" in optimizer.split("+"):
             logger.warning(
                 "the switch search validates on synthesized pairs the round trip kept: those are "
                 "the questions %s as it is already answers, so no other configuration can beat "
