@@ -26,10 +26,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sqlweave.evaluate import read_records
+from sqlweave.optimizers.synthesis import ROUND_TRIP_REJECTED, read_pairs
 from sqlweave.programs.voting import origin_is_greedy
-
-REJECTED = "round trip"
-"""How a pairs file's ``.tried.jsonl`` begins the verdict of a question the round trip rejected."""
 
 
 def written(pairs_dir: Path) -> list[dict[str, Any]]:
@@ -40,12 +39,9 @@ def written(pairs_dir: Path) -> list[dict[str, Any]]:
         if kept_file.name.endswith(".tried.jsonl"):
             continue
         db_id = kept_file.stem
-        for line in kept_file.read_text().splitlines():
-            if line.strip():
-                rows.append({**json.loads(line), "kept": True})
-        tried = kept_file.with_name(kept_file.name + ".tried.jsonl")
-        verdicts = [json.loads(x) for x in tried.read_text().splitlines() if x.strip()]
-        rejected = [v for v in verdicts if str(v.get("why", "")).startswith(REJECTED)]
+        rows += [{**pair, "kept": True} for pair in read_pairs(kept_file)]
+        verdicts = read_pairs(kept_file.with_name(kept_file.name + ".tried.jsonl"))
+        rejected = [v for v in verdicts if v.get("why") == ROUND_TRIP_REJECTED]
         for i, verdict in enumerate(rejected):
             rows.append(
                 {
@@ -101,12 +97,8 @@ def main() -> None:
         print(f"{len(rows)} written questions, {sum(r['kept'] for r in rows)} kept -> {args.out}")
         return
     questions = args.questions or args.records.with_name("written.jsonl")
-    kept_ids = {
-        q["question_id"]
-        for q in map(json.loads, questions.read_text().splitlines())
-        if q.get("kept")
-    }
-    records = [json.loads(x) for x in args.records.read_text().splitlines() if x.strip()]
+    kept_ids = {q["question_id"] for q in read_pairs(questions) if q.get("kept")}
+    records = read_records(args.records)
     table = score(records, kept_ids)
     for name, row in table.items():
         print(

@@ -192,14 +192,13 @@ def main() -> None:
     }
     # Artefacts beside the staged pairs, not under results/: they record this machine's paths,
     # and a knn compile rebuilds them in seconds with no LM call.
-    if args.optimizer == "knn":  # the file names of k = 4, the first design
-        knn = "knn" if args.k == 4 else f"knn{args.k}"
-    else:
-        knn = args.optimizer
+    method = args.optimizer
+    if method == "knn" and args.k != 4:  # the file names of k = 4, the first design
+        method = f"knn{args.k}"
     compiles = {"synthetic": synthetic_data, **({"spider": spider_data} if args.spider else {})}
     artefacts: dict[str, Path] = {}
     for name, data in compiles.items():
-        optimizer = f"{knn}-{name}"
+        optimizer = f"{method}-{name}"
         if name == "synthetic" and args.design:
             optimizer += f"-{args.design}"
         artefact = work_dir(args.slice) / f"{args.program}__{optimizer}__{tag}.artefact.json"

@@ -62,6 +62,8 @@ ROUND_TRIP_DRAFTS = 6
 """Checked drafts tried per wanted pair before a run settles for fewer pairs."""
 ROUND_TRIP_ACCEPT = ("answer", "any")
 """What the round trip compares with the label: the program's answer, or any of its candidates."""
+ROUND_TRIP_REJECTED = "round trip: the question leads to another answer"
+"""The ``why`` of a written question the round trip rejected, in ``<out>.tried.jsonl``."""
 DIFFICULTY_MIX = {"easy": 0.25, "medium": 0.40, "hard": 0.20, "extra": 0.15}
 """Spider dev's hardness shares, roughly: what the templates are drawn towards."""
 
@@ -673,7 +675,7 @@ def synthesize(
                 if not question:
                     why = "the LM wrote no usable question"
                 elif check and not round_trip(question, item, database, answerer, accept):
-                    why = "round trip: the question leads to another answer"
+                    why = ROUND_TRIP_REJECTED
                 else:
                     why = ""
                 verdict = {

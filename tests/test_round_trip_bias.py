@@ -8,6 +8,8 @@ from pathlib import Path
 
 from conftest import load_experiment
 
+from sqlweave.optimizers.synthesis import ROUND_TRIP_REJECTED
+
 round_trip_bias = load_experiment("round_trip_bias")
 
 
@@ -22,7 +24,7 @@ def _folder(tmp_path: Path) -> Path:
             "sql": "S3",
             "question": "Which?",
             "kept": False,
-            "why": "round trip: the question leads to another answer",
+            "why": ROUND_TRIP_REJECTED,
         },
     ]
     (tmp_path / "shop.jsonl.tried.jsonl").write_text(
