@@ -7,7 +7,7 @@ OmniSQL's SynSQL and SENSE, scaled to a 2-core CPU:
 
 1. **SQL from structures, re-targeted to this schema.** A table of templates (:data:`TEMPLATES`)
    covers Spider's hardness mix (counts, filters, aggregates, GROUP BY/HAVING, ORDER BY/LIMIT,
-   joins along foreign keys, nested and set queries). Each is filled with this schema's tables,
+   joins along one foreign key or two through a link table, nested and set queries). Each is filled with this schema's tables,
    keys, typed columns and *stored* values, drawn with a seeded RNG. No LM call, no gold question.
 2. **Kept only if it is a good label.** Every query is executed read-only with a time limit and
    kept only if it runs, returns rows (at most :data:`MAX_ROWS`), is deterministic (no tie at an
@@ -125,6 +125,17 @@ class Draw:
         j = self.join()
         shown = self.column(j.parent, "text") if j else None
         return (j, shown) if j and shown else None
+
+    def bridge(self) -> tuple[Join, Join] | None:
+        """Two keys of one link table to two other tables (``singer_in_concert`` to ``singer``
+        and ``concert``): the many-to-many path Spider's three-table questions walk."""
+        pairs = [
+            (a, b)
+            for a in self.joins
+            for b in self.joins
+            if a.child is b.child and a.parent is not b.parent and a.fk != b.fk
+        ]
+        return self.rng.choice(pairs) if pairs else None
 
     def labelled_numbers(self) -> tuple[Table, Column, Column] | None:
         """A table with a text column to show and a number column to compare or order by."""
@@ -354,6 +365,51 @@ def _join_top(d: Draw) -> Filled | None:
     )
 
 
+def _join_project(d: Draw) -> Filled | None:
+    """Columns of both joined tables, filtered on another of the child's columns: the question
+    names what it wants from each table, and the SQL must join to give both."""
+    drawn = d.joined_label()
+    if not drawn:
+        return None
+    j, parent_shown = drawn
+    shown, where = d.column(j.child, "text"), d.column(j.child)
+    value = d.value(where) if where else None
+    if not shown or value is None or where == shown:
+        return None
+    op = d.rng.choice([">", "<", ">="]) if where.kind == "number" else "="
+    said = _OP_WORDS.get(op, "")
+    return (
+        f"SELECT T1.{ident(shown.name)}, T2.{ident(parent_shown.name)} FROM {_joined(j)} "
+        f"WHERE T1.{ident(where.name)} {op} {_lit(value)}",
+        f"the {_words(shown.name)} of every {_words(j.child.name)} row whose "
+        f"{_words(where.name)} is {said + ' ' if said else ''}{_lit(value)}, each with the "
+        f"{_words(parent_shown.name)} of the {_words(j.parent.name)} row it refers to",
+    )
+
+
+def _bridge(d: Draw) -> Filled | None:
+    """Rows of one table reached from a value of another through a link table (three tables,
+    two keys): where a small model most often names a column of a table it never joined."""
+    drawn = d.bridge()
+    if not drawn:
+        return None
+    to_a, to_b = drawn
+    shown, where = d.column(to_a.parent, "text"), d.column(to_b.parent, "text")
+    value = d.value(where) if where else None
+    if not shown or value is None:
+        return None
+    a, link, b = to_a.parent, to_a.child, to_b.parent
+    return (
+        f"SELECT T1.{ident(shown.name)} FROM {_t(a)} AS T1 JOIN {_t(link)} AS T2 "
+        f"ON T1.{ident(to_a.pk)} = T2.{ident(to_a.fk)} JOIN {_t(b)} AS T3 "
+        f"ON T2.{ident(to_b.fk)} = T3.{ident(to_b.pk)} WHERE T3.{ident(where.name)} = "
+        f"{_lit(value)}",
+        f"the {_words(shown.name)} of every {_words(a.name)} row that a {_words(link.name)} "
+        f"row links to a {_words(b.name)} row whose {_words(where.name)} is {_lit(value)} "
+        f"(once per such link)",
+    )
+
+
 _SET_WORDS = {
     "INTERSECT": "the {s} values found both among {t} rows with {w} greater than {lo} and "
     "among {t} rows with {w} less than {hi}",
@@ -392,9 +448,11 @@ TEMPLATES: tuple[Template, ...] = (
     ("top", "medium", _top),
     ("join_filter", "medium", _join_filter),
     ("join_group", "medium", _join_group),
+    ("join_project", "medium", _join_project),
     ("having", "hard", _having),
     ("above_average", "hard", _above_average),
     ("without", "hard", _without),
+    ("bridge", "hard", _bridge),
     ("join_top", "extra", _join_top),
     ("both", "extra", _both),
 )

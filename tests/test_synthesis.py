@@ -278,3 +278,50 @@ def test_meanings_survive_awkward_names(tmp_path: Path):
     assert len(drafts) >= 10
     for d in drafts:
         assert d.meaning.strip() and db.execute(d.sql).rows
+
+
+def test_bridge_walks_a_link_table_and_returns_what_the_links_say():
+    """The three-table template: rows of one table reached from another table's value through
+    the link table that refers to both, once per link (Spider's gold style, no DISTINCT)."""
+    db = Database.open(DEMO_CONCERT_DB)
+    drafts = [d for d in draft_queries(db, 200) if isinstance(d, Draft)]
+    bridges = [d for d in drafts if d.template == "bridge"]
+    assert bridges
+    for d in bridges:
+        assert "singer_in_concert AS T2" in d.sql and d.sql.count(" JOIN ") == 2
+        assert "singer in concert row links" in d.meaning
+    # the same answer computed without SQL joins, from the three tables' rows
+    singers = dict(db.execute("SELECT Singer_ID, Name FROM singer").rows)
+    concerts = dict(db.execute("SELECT concert_ID, concert_Name FROM concert").rows)
+    links = db.execute("SELECT Singer_ID, concert_ID FROM singer_in_concert").rows
+    for name in set(concerts.values()):
+        sql = (
+            "SELECT T1.Name FROM singer AS T1 JOIN singer_in_concert AS T2 ON T1.Singer_ID = "
+            "T2.Singer_ID JOIN concert AS T3 ON T2.concert_ID = T3.concert_ID "
+            f"WHERE T3.concert_Name = '{name}'"
+        )
+        expected = sorted(
+            singers[int(s)] for s, c in links if concerts.get(int(c)) == name and int(s) in singers
+        )
+        assert sorted(r[0] for r in db.execute(sql).rows) == expected
+
+
+def test_join_project_shows_columns_of_both_tables(tmp_path: Path):
+    db = Database.open(DEMO_CONCERT_DB)
+    drafts = [d for d in draft_queries(db, 200) if isinstance(d, Draft)]
+    projects = [d for d in drafts if d.template == "join_project"]
+    assert projects
+    for d in projects:
+        assert d.sql.startswith("SELECT T1.") and ", T2." in d.sql.split(" FROM ")[0]
+        assert "each with the" in d.meaning and "row it refers to" in d.meaning
+    # a schema with no foreign keys offers neither template; the others still fill
+    plain = tmp_path / "plain.sqlite"
+    conn = sqlite3.connect(plain)
+    conn.execute("CREATE TABLE pet (name TEXT, kind TEXT, age INTEGER)")
+    conn.executemany(
+        "INSERT INTO pet VALUES (?, ?, ?)", [("Rex", "dog", 3), ("Tom", "cat", 5), ("Bo", "dog", 1)]
+    )
+    conn.commit()
+    conn.close()
+    made = {d.template for d in draft_queries(Database.open(plain), 30) if isinstance(d, Draft)}
+    assert made and not made & {"bridge", "join_project", "join_filter"}
