@@ -24,6 +24,12 @@ For one program and one slice this script
         --space samples=1,8 --space repair=none,joins --space repair_scope=fallback,all \
         --val-fraction 0.9 --no-check --pairs results/synthesis-unchecked --design unchecked
 
+``--recorded RUN.jsonl`` names a recorded protocol run of the same program, slice and model (a
+``<RUN>.run.json`` beside it says its switches): when the compile chose exactly that run's
+switches, its records are the compiled row, and the result says so (``compiled_row_from``);
+otherwise the compiled artefact is run as usual. A cold ``direct`` x 8 run costs 40 minutes
+on dev; the recorded one is a run of the very program the compile chose, made before it chose.
+
 ``--baseline NAME=RUN.jsonl`` pairs the synthetic compile with any other recorded run of the
 slice as well (e.g. the program compiled on Spider train by the switch search).
 
@@ -139,6 +145,17 @@ def protocol(
     }
 
 
+def recorded_match(run: Path, switches: dict[str, Any], slice_name: str, model: str) -> bool:
+    """Whether the recorded protocol run ``run`` (its ``.run.json`` beside it) ran the same
+    slice and model with exactly ``switches`` (every switch, not only the searched ones)."""
+    meta_path = run.with_name(run.name + ".run.json")
+    if not run.is_file() or not meta_path.is_file():
+        sys.exit(f"--recorded needs a run's JSONL with its .run.json beside it, got {run}")
+    meta = json.loads(meta_path.read_text()).get("_run", {})
+    same_run = meta.get("slice") == slice_name and meta.get("model") == model
+    return same_run and meta.get("switches") == switches
+
+
 def _portable(record: dict[str, Any]) -> dict[str, Any]:
     """The artefact's record of the synthetic set without this machine's paths."""
     databases = [
@@ -177,6 +194,14 @@ def main() -> None:
         default=[],
         help="NAME=RUN.jsonl: another recorded run of the slice to pair the compile with",
     )
+    parser.add_argument(
+        "--recorded",
+        type=Path,
+        action="append",
+        default=[],
+        help="RUN.jsonl: a recorded run whose records stand for the compiled row when the "
+        "compile chose exactly its switches",
+    )
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--n-threads", type=int, default=None)
     args = parser.parse_args()
@@ -197,6 +222,7 @@ def main() -> None:
         method = f"knn{args.k}"
     compiles = {"synthetic": synthetic_data, **({"spider": spider_data} if args.spider else {})}
     artefacts: dict[str, Path] = {}
+    compiled_from: dict[str, str] = {}
     for name, data in compiles.items():
         optimizer = f"{method}-{name}"
         if name == "synthetic" and args.design:
@@ -205,6 +231,19 @@ def main() -> None:
         if not artefact.exists():
             compile_cmd(args, artefact, data(args))
         artefacts[name] = artefact
+        switches = json.loads(artefact.read_text())["meta"].get("switches") or {}
+        same = [
+            run
+            for run in args.recorded
+            if recorded_match(run, switches, args.slice, args.model) and name == "synthetic"
+        ]
+        if same:
+            records = read_records(same[0])
+            summary = {**summarize(records), "records": same[0].name}
+            rows[name] = {"row": _interval(summary), "records": records}
+            compiled_from[name] = same[0].name
+            print(f"{name}: the compile chose the switches of {same[0].name}; its records count")
+            continue
         rows[name] = protocol(
             args, program=args.program, artefact=artefact, config=f"compiled-{optimizer}"
         )
@@ -231,6 +270,7 @@ def main() -> None:
         "design": args.design or "answer",
         "synthetic": _portable((meta.get("extra") or {}).get("synthetic") or {}),
         "rows": {name: run["row"] for name, run in rows.items()},
+        "compiled_row_from": compiled_from,
         "synthetic_vs": {
             name: compare(rows["synthetic"]["records"], run["records"])
             for name, run in rows.items()
