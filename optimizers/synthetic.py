@@ -20,7 +20,8 @@ a database): give it a larger share (``val_fraction=0.9``). And a switch search 
 on pairs the round trip did not filter (``check=False``): the round trip keeps exactly the
 questions the round-trip program (``direct``, greedy) already answers, so on such pairs that
 program's own configuration scores 100 % by construction and no other can beat it (README,
-"What a compile learns from synthesized questions").
+"What a compile learns from synthesized questions"). :func:`synthesis_defaults` says which
+a compile gets when its caller does not choose: that recipe for a switch search alone.
 
 **Files.** Without ``out``, pairs go to ``$SQLWEAVE_CACHE/synthetic`` (else
 ``~/.cache/sqlweave/synthetic``), one file per database and settings (seed, round trip), so a
@@ -56,6 +57,31 @@ logger = logging.getLogger(__name__)
 
 VAL_FRACTION = 0.2
 """The share of each database's pairs that validates, by default."""
+SEARCH_VAL_FRACTION = 0.9
+"""The share that validates when a switch search alone compiles (it trains on nothing)."""
+
+
+@dataclass(frozen=True)
+class SynthesisDefaults:
+    """How a compile on synthesized pairs makes and splits them when the caller did not say."""
+
+    check: bool
+    val_fraction: float
+    n_val: int | None
+    """None: the caller's own default cap; 0: no cap (every validating pair)."""
+
+
+def synthesis_defaults(optimizer: str, *, valset_given: bool) -> SynthesisDefaults:
+    """The measured recipe for a switch search alone with no validation questions of its own:
+    pairs the round trip did not filter, 90 % of each database's validating, no cap on how many
+    (README, "What a compile learns from synthesized questions"; on round-trip pairs the
+    program as it is scores 100 % by construction, and 20 questions cannot separate
+    configurations a few questions apart). Any optimizer that learns demos keeps the round
+    trip and a fifth validating: it trains on the pairs, so they should be right."""
+    search_only = {part.strip() for part in optimizer.split("+")} == {"search"}
+    if search_only and not valset_given:
+        return SynthesisDefaults(check=False, val_fraction=SEARCH_VAL_FRACTION, n_val=0)
+    return SynthesisDefaults(check=True, val_fraction=VAL_FRACTION, n_val=None)
 
 
 @dataclass

@@ -248,13 +248,13 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     db: Database | str | Path | Sequence[Database | str | Path] | None = None,
     synthesize: int | None = None,
     synthetic_out: str | Path | None = None,
-    synthesis_check: bool = True,
-    synthetic_val_fraction: float = 0.2,
+    synthesis_check: bool | None = None,
+    synthetic_val_fraction: float | None = None,
     optimizer: str = "bootstrap",
     metric: Callable[..., Any] | None = None,
     budget: int | None = None,
     max_demos: int = DEFAULT_MAX_DEMOS,
-    n_val: int = DEFAULT_N_VAL,
+    n_val: int | None = None,
     seed: int = 0,
     proposer_lm: Any = None,
     checkpoint: str | Path | None = None,
@@ -287,11 +287,13 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     (:func:`sqlweave.optimizers.synthetic.synthetic_sets`; ``synthesis_check=False`` skips the
     round trip), written to ``synthetic_out`` (default: a file per database in
     ``~/.cache/sqlweave/synthetic``; a rerun resumes it), split by a seeded shuffle into train
-    and validation (``synthetic_val_fraction`` of each database's pairs, a fifth by default, at
-    most ``n_val``; with a ``valset`` every pair trains), and compiled on as any train set is.
-    A switch search needs no demos, only validation that tells configurations apart: give it
-    a larger share (0.9) and pairs the round trip did not filter (``synthesis_check=False``;
-    see :mod:`sqlweave.optimizers.synthetic`). The artefact records the set in
+    and validation (``synthetic_val_fraction`` of each database's pairs, at most ``n_val``;
+    with a ``valset`` every pair trains), and compiled on as any train set is. Left as None,
+    the three follow the optimizer (:func:`sqlweave.optimizers.synthetic.synthesis_defaults`):
+    a switch search alone needs no demos, only validation that tells configurations apart, so
+    it gets pairs the round trip did not filter, 90 % of them validating, all of them
+    (``n_val`` no cap); an optimizer that learns demos gets the round trip, a fifth validating,
+    at most ``n_val`` (default 20). The artefact records the set in
     ``meta.extra["synthetic"]``: its sha256, its size, each database (password redacted) and
     the synthesis's LM calls. ``trainset`` and ``synthesize`` do not combine
     (``ValueError``): to add labelled questions, synthesize to a file with
@@ -316,6 +318,16 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
         trainset = as_examples(trainset, what="trainset")
     if valset is not None:
         valset = as_examples(valset, what="valset")
+    if synthesize is not None:
+        from sqlweave.optimizers.synthetic import synthesis_defaults
+
+        recipe = synthesis_defaults(optimizer, valset_given=valset is not None)
+        synthesis_check = recipe.check if synthesis_check is None else synthesis_check
+        if synthetic_val_fraction is None:
+            synthetic_val_fraction = recipe.val_fraction
+        if n_val is None and recipe.n_val is not None:
+            n_val = recipe.n_val
+    n_val = DEFAULT_N_VAL if n_val is None else n_val
     if max_demos < 0 or n_val < 0:
         raise ValueError(f"max_demos and n_val must be 0 or more, not {max_demos} and {n_val}")
     student = _as_program(program, switches)

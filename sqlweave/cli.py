@@ -886,20 +886,23 @@ def compile_cmd(
         ),
     ] = None,
     synthesis_check: Annotated[
-        bool,
+        bool | None,
         typer.Option(
             "--synthesis-check/--no-synthesis-check",
-            help="keep only synthesized pairs that pass the round trip",
+            help="keep only synthesized pairs that pass the round trip (default: on, but off "
+            "for --optimizer search alone, which validates on them)",
+            show_default=False,
         ),
-    ] = True,
+    ] = None,
     synthetic_val_fraction: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--synthetic-val-fraction",
             help="with --synthesize: the share of each database's pairs that validates (the "
-            "rest train); a switch search needs no demos, so give it more (0.9)",
+            "rest train); default 0.2, and 0.9 for --optimizer search alone (no demos)",
+            show_default=False,
         ),
-    ] = 0.2,
+    ] = None,
     val: Annotated[
         str | None,
         typer.Option(
@@ -915,8 +918,13 @@ def compile_cmd(
         typer.Option(help="train examples to use; 0 = all (default 24; not with --synthesize)"),
     ] = None,
     n_val: Annotated[
-        int, typer.Option(help="validation questions to use; 0 = all")
-    ] = DEFAULT_N_VAL,
+        int | None,
+        typer.Option(
+            help=f"validation questions to use; 0 = all (default {DEFAULT_N_VAL}; all for "
+            "--optimizer search alone on synthesized pairs)",
+            show_default=False,
+        ),
+    ] = None,
     max_demos: Annotated[
         int, typer.Option(help="demonstrations per predictor")
     ] = DEFAULT_MAX_DEMOS,
@@ -956,7 +964,8 @@ def compile_cmd(
     Train and validation data: spider, bird, or your own questions file (a JSON list or JSON
     Lines of objects with question, sql and db_path or db_id; see the README). No questions?
     --db YOUR_DB --synthesize N makes N pairs for your database (as sqlweave synthesize does),
-    validates on a seeded fifth of them (--synthetic-val-fraction) and compiles on the rest.
+    validates on a seeded fifth of them (--synthetic-val-fraction) and compiles on the rest;
+    --optimizer search alone validates on 90 % of them, all, synthesized without the round trip.
     """
     level = _setup_logging(verbose, quiet)
     progress = progress and level >= 0
@@ -1020,7 +1029,7 @@ def _compile(
     api_base: str | None,
     switches: list[str],
     val: str | None = None,
-    n_val: int = DEFAULT_N_VAL,
+    n_val: int | None = None,
     budget: int | None = None,
     proposer_model: str | None = None,
     checkpoint: Path | None = None,
@@ -1033,8 +1042,8 @@ def _compile(
     db: list[str] | None = None,
     synthesize: int | None = None,
     synthetic_out: Path | None = None,
-    synthesis_check: bool = True,
-    synthetic_val_fraction: float = 0.2,
+    synthesis_check: bool | None = None,
+    synthetic_val_fraction: float | None = None,
 ) -> Any:
     from sqlweave.api import compile as run_compile
     from sqlweave.data import DataError
@@ -1079,10 +1088,11 @@ def _compile(
     if synthesize is not None or db:
         from sqlweave.optimizers.synthetic import check_val_fraction
 
-        try:
-            check_val_fraction(synthetic_val_fraction)
-        except ValueError as err:
-            _fail(f"--synthetic-val-fraction: {err}")
+        if synthetic_val_fraction is not None:
+            try:
+                check_val_fraction(synthetic_val_fraction)
+            except ValueError as err:
+                _fail(f"--synthetic-val-fraction: {err}")
         databases, synthetic_out = _synthesis_inputs(
             db or [],
             synthesize,
@@ -1091,8 +1101,10 @@ def _compile(
             n_train=n_train,
         )
         trainset, how = None, None
-        valset = _synthesis_valset(val, data_root, n_val, seed)
+        cap = DEFAULT_N_VAL if n_val is None else n_val
+        valset = _synthesis_valset(val, data_root, cap, seed)
     else:
+        n_val = DEFAULT_N_VAL if n_val is None else n_val
         trainset, valset, how = _train_and_val(
             train or "spider", val, data_root, 24 if n_train is None else n_train, n_val, seed
         )

@@ -85,7 +85,8 @@ def test_one_spelling_per_option() -> None:
     # defaults that say what they are, and the same as the Python API's
     from sqlweave.api import DEFAULT_MAX_DEMOS, DEFAULT_N_VAL, compile
 
-    assert re.search(rf"--n-val\s.*\[default: {DEFAULT_N_VAL}\]", compile_help)
+    # --n-val's default depends on the optimizer (a search alone on synthesized pairs: all)
+    assert re.search(rf"--n-val\s.*\(default {DEFAULT_N_VAL};", compile_help)
     assert re.search(rf"--max-demos\s.*\[default: {DEFAULT_MAX_DEMOS}\]", compile_help)
     import inspect
 

@@ -371,3 +371,46 @@ def test_pairs_of_a_duckdb_database_name_it_by_url(tmp_path: Path):
     with dspy.context(lm=_lm("SELECT count(*) FROM shop")):
         answer = compiled(QUESTION, db=ex.db_path)
     assert answer.ok and list(answer.rows) == [(3,)]
+
+
+def test_a_search_alone_gets_the_measured_recipe_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Left unset, a switch search alone synthesizes without the round trip and validates on
+    90 % of the pairs, all of them; an optimizer that learns demos keeps the round trip and a
+    fifth; what the caller sets wins."""
+    from sqlweave.optimizers.synthetic import SynthesisDefaults, synthesis_defaults
+
+    assert synthesis_defaults("search", valset_given=False) == SynthesisDefaults(False, 0.9, 0)
+    for optimizer, given in (("search+bootstrap", False), ("knn", False), ("search", True)):
+        assert synthesis_defaults(optimizer, valset_given=given) == SynthesisDefaults(
+            True, 0.2, None
+        )
+    # the CLI: 24 pairs, no flag but the optimizer: 21 validate (more than --n-val's 20), and
+    # the stand-in's answer to every question (the round trip would keep almost none) is moot
+    _stand_in(monkeypatch, _lm())
+    out = tmp_path / "search.json"
+    args = ["compile", "--db", str(DEMO_CONCERT_DB), "--synthesize", "24", "--optimizer"]
+    args += ["search", "--space", "samples=1", "--out", str(out), "--no-progress"]
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    assert "synthetic set: 24 pairs (3 train, 21 validation)" in result.output
+    meta = load_program(out)[1]
+    assert meta.extra["synthetic"]["val_fraction"] == 0.9 and meta.n_val == 21
+    assert meta.extra["validation"].endswith("(no round trip)")
+    # what the caller sets wins: a half validating, at most 4
+    with dspy.context(lm=_lm()):
+        compiled = sqlweave.compile(
+            "direct",
+            db=DEMO_CONCERT_DB,
+            synthesize=24,
+            synthetic_out=tmp_path / "s.jsonl",
+            synthetic_val_fraction=0.5,
+            synthesis_check=False,
+            n_val=4,
+            optimizer="search",
+            options={"space": {"samples": [1]}},
+            progress=False,
+        )
+    assert compiled.meta.n_val == 4
+    assert compiled.meta.extra["synthetic"]["val_fraction"] == 0.5
