@@ -161,8 +161,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     identity = _identity(args.program, dict(prog.switches), args.slice, args.model)
     identity = resumable_identity(identity, jsonl)
+    before = jsonl.read_bytes() if jsonl.is_file() else None
     evaluate(prog, examples, out_path=jsonl, resume=True, num_threads=1, identity=identity)
     wall = time.perf_counter() - started
+    summary_path = RESULTS / f"{name}.json"
+    old = json.loads(summary_path.read_text()) if summary_path.is_file() else None
     summary = summarize_run(
         jsonl,
         program=args.program,
@@ -171,16 +174,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         slice_name=args.slice,
         model=args.model,
     )
-    summary.update(
-        {
-            "n_threads": args.n_threads,
-            "wall_seconds_this_invocation": round(wall, 1),
-            "commit": _commit(),
-            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-        }
-    )
-    (RESULTS / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    fresh = {
+        "n_threads": args.n_threads,
+        "wall_seconds_this_invocation": round(wall, 1),
+        "commit": _commit(),
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    ran_nothing = before is not None and jsonl.read_bytes() == before
+    summary.update(provenance(old, ran_nothing=ran_nothing, fresh=fresh))
+    summary_path.write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+PROVENANCE = ("n_threads", "wall_seconds_this_invocation", "commit", "finished")
+"""What a summary says of the invocation that made its records."""
+
+
+def provenance(old: dict[str, Any] | None, *, ran_nothing: bool, fresh: dict[str, Any]) -> dict:
+    """The run's provenance fields: ``fresh`` when this invocation added records, else the
+    summary's own. A resume that found every record done (another script asking for the same
+    run) made nothing: stamping it with its own commit, threads and 0.1 s would erase which
+    code and settings did make the records."""
+    if ran_nothing and old and all(key in old for key in PROVENANCE):
+        return {key: old[key] for key in PROVENANCE}
+    return fresh
 
 
 def rescore(jsonl: Path) -> tuple[int, int]:

@@ -151,3 +151,16 @@ def test_a_run_recorded_before_a_switch_existed_resumes_at_its_default(protocol,
     assert protocol.resumable_identity(other, out) == other
     moved = {**now, "switches": {**now["switches"], "samples": 4}}
     assert protocol.resumable_identity(moved, out) == moved
+
+
+def test_a_resume_that_ran_nothing_keeps_the_provenance_of_the_run_that_did(protocol):
+    made = {"n_threads": 1, "wall_seconds_this_invocation": 1248.5, "commit": "b3214e0"}
+    made["finished"] = "2026-11-23T23:31:16+00:00"
+    fresh = {"n_threads": 2, "wall_seconds_this_invocation": 0.1, "commit": "9114f42"}
+    fresh["finished"] = "2026-11-26T22:44:02+00:00"
+    old = {**_summary("naive", 0.555, None), **made}
+    assert protocol.provenance(old, ran_nothing=True, fresh=fresh) == made
+    # records added, no summary yet, or one written before these fields: this invocation's
+    assert protocol.provenance(old, ran_nothing=False, fresh=fresh) == fresh
+    assert protocol.provenance(None, ran_nothing=True, fresh=fresh) == fresh
+    assert protocol.provenance(_summary("naive", 0.5, None), ran_nothing=True, fresh=fresh) == fresh
