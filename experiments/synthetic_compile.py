@@ -25,8 +25,9 @@ For one program and one slice this script
         --val-fraction 0.9 --no-check --pairs results/synthesis-unchecked --design unchecked
 
 ``--recorded RUN.jsonl`` names a recorded protocol run of the same program, slice and model (a
-``<RUN>.run.json`` beside it says its switches): when the compile chose exactly that run's
-switches, its records are the compiled row, and the result says so (``compiled_row_from``);
+``<RUN>.run.json`` beside it says its switches): when a switch search (no demos) chose exactly
+that run's switches and the run answered every question of the slice, its records are the
+compiled row, and the result says so (``compiled_row_from``);
 otherwise the compiled artefact is run as usual. A cold ``direct`` x 8 run costs 40 minutes
 on dev; the recorded one is a run of the very program the compile chose, made before it chose.
 
@@ -120,7 +121,8 @@ def synthetic_data(args: argparse.Namespace) -> list[str]:
     data = [part for db in dbs for part in ("--db", str(db))]
     data += ["--synthesize", str(args.n), "--synthetic-out", str(staged / "pairs")]
     data += ["--synthetic-val-fraction", str(args.val_fraction)]
-    return [*data, "--no-synthesis-check"] if args.no_check else data
+    # said either way: a search alone would otherwise default to no round trip
+    return [*data, "--no-synthesis-check" if args.no_check else "--synthesis-check"]
 
 
 def spider_data(args: argparse.Namespace) -> list[str]:
@@ -145,15 +147,27 @@ def protocol(
     }
 
 
-def recorded_match(run: Path, switches: dict[str, Any], slice_name: str, model: str) -> bool:
+def recorded_match(
+    run: Path, program: str, switches: dict[str, Any], slice_name: str, model: str
+) -> bool:
     """Whether the recorded protocol run ``run`` (its ``.run.json`` beside it) ran the same
-    slice and model with exactly ``switches`` (every switch, not only the searched ones)."""
+    program, slice and model with exactly ``switches`` (every switch, not only the searched
+    ones) on every question of the slice. Only a switch search's artefact can match: a run's
+    record holds switches, not demos."""
     meta_path = run.with_name(run.name + ".run.json")
     if not run.is_file() or not meta_path.is_file():
         sys.exit(f"--recorded needs a run's JSONL with its .run.json beside it, got {run}")
     meta = json.loads(meta_path.read_text()).get("_run", {})
-    same_run = meta.get("slice") == slice_name and meta.get("model") == model
-    return same_run and meta.get("switches") == switches
+    same = (
+        meta.get("program") == program
+        and meta.get("slice") == slice_name
+        and meta.get("model") == model
+        and meta.get("switches") == switches
+    )
+    if not same:
+        return False
+    wanted = {ex.question_id for ex in load_slice(slice_name)}
+    return {r.get("question_id") for r in read_records(run)} == wanted
 
 
 def _portable(record: dict[str, Any]) -> dict[str, Any]:
@@ -232,10 +246,11 @@ def main() -> None:
             compile_cmd(args, artefact, data(args))
         artefacts[name] = artefact
         switches = json.loads(artefact.read_text())["meta"].get("switches") or {}
+        searched = name == "synthetic" and args.optimizer == "search"  # switches, no demos
         same = [
             run
             for run in args.recorded
-            if recorded_match(run, switches, args.slice, args.model) and name == "synthetic"
+            if searched and recorded_match(run, args.program, switches, args.slice, args.model)
         ]
         if same:
             records = read_records(same[0])

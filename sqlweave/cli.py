@@ -890,7 +890,7 @@ def compile_cmd(
         typer.Option(
             "--synthesis-check/--no-synthesis-check",
             help="keep only synthesized pairs that pass the round trip (default: on, but off "
-            "for --optimizer search alone, which validates on them)",
+            "for --optimizer search alone without --val, which validates on them)",
             show_default=False,
         ),
     ] = None,
@@ -899,7 +899,7 @@ def compile_cmd(
         typer.Option(
             "--synthetic-val-fraction",
             help="with --synthesize: the share of each database's pairs that validates (the "
-            "rest train); default 0.2, and 0.9 for --optimizer search alone (no demos)",
+            "rest train); default 0.2, and 0.9 for --optimizer search alone without --val",
             show_default=False,
         ),
     ] = None,
@@ -921,7 +921,7 @@ def compile_cmd(
         int | None,
         typer.Option(
             help=f"validation questions to use; 0 = all (default {DEFAULT_N_VAL}; all for "
-            "--optimizer search alone on synthesized pairs)",
+            "--optimizer search alone on synthesized pairs, without --val)",
             show_default=False,
         ),
     ] = None,
@@ -965,7 +965,8 @@ def compile_cmd(
     Lines of objects with question, sql and db_path or db_id; see the README). No questions?
     --db YOUR_DB --synthesize N makes N pairs for your database (as sqlweave synthesize does),
     validates on a seeded fifth of them (--synthetic-val-fraction) and compiles on the rest;
-    --optimizer search alone validates on 90 % of them, all, synthesized without the round trip.
+    --optimizer search alone (without --val) validates on 90 % of them, all, synthesized without
+    the round trip.
     """
     level = _setup_logging(verbose, quiet)
     progress = progress and level >= 0

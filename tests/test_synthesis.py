@@ -280,30 +280,56 @@ def test_meanings_survive_awkward_names(tmp_path: Path):
         assert d.meaning.strip() and db.execute(d.sql).rows
 
 
-def test_bridge_walks_a_link_table_and_returns_what_the_links_say():
+def test_bridge_walks_a_link_table_and_returns_what_the_links_say(tmp_path: Path):
     """The three-table template: rows of one table reached from another table's value through
-    the link table that refers to both, once per link (Spider's gold style, no DISTINCT)."""
-    db = Database.open(DEMO_CONCERT_DB)
-    drafts = [d for d in draft_queries(db, 200) if isinstance(d, Draft)]
-    bridges = [d for d in drafts if d.template == "bridge"]
+    the link table that refers to both, once per link (Spider's gold style, no DISTINCT). Keys
+    and the columns referring to them are named apart, so a join written the wrong way round
+    fails to run or returns other rows; each drawn query's rows are checked against the links
+    computed in Python."""
+    import re
+
+    path = tmp_path / "clubs.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE person (pid INTEGER PRIMARY KEY, name TEXT, town TEXT);
+        CREATE TABLE club (cid INTEGER PRIMARY KEY, title TEXT, sport TEXT);
+        CREATE TABLE membership (
+            mid INTEGER PRIMARY KEY,
+            person_ref INTEGER REFERENCES person(pid),
+            club_ref INTEGER REFERENCES club(cid));
+        """
+    )
+    people = [(1, "Ann", "Ely"), (2, "Bob", "Ely"), (3, "Cy", "Hove"), (4, "Di", "Rye")]
+    clubs = [(10, "Reds", "chess"), (20, "Blues", "go"), (30, "Greens", "chess")]
+    links = [(1, 1, 10), (2, 1, 20), (3, 2, 10), (4, 3, 30), (5, 4, 20), (6, 2, 30)]
+    conn.executemany("INSERT INTO person VALUES (?, ?, ?)", people)
+    conn.executemany("INSERT INTO club VALUES (?, ?, ?)", clubs)
+    conn.executemany("INSERT INTO membership VALUES (?, ?, ?)", links)
+    conn.commit()
+    conn.close()
+    db = Database.open(path)
+    rows = {
+        "person": {p[0]: dict(zip(("pid", "name", "town"), p, strict=True)) for p in people},
+        "club": {c[0]: dict(zip(("cid", "title", "sport"), c, strict=True)) for c in clubs},
+    }
+    bridges = [d for d in draft_queries(db, 200) if isinstance(d, Draft) and d.template == "bridge"]
     assert bridges
     for d in bridges:
-        assert "singer_in_concert AS T2" in d.sql and d.sql.count(" JOIN ") == 2
-        assert "singer in concert row links" in d.meaning
-    # the same answer computed without SQL joins, from the three tables' rows
-    singers = dict(db.execute("SELECT Singer_ID, Name FROM singer").rows)
-    concerts = dict(db.execute("SELECT concert_ID, concert_Name FROM concert").rows)
-    links = db.execute("SELECT Singer_ID, concert_ID FROM singer_in_concert").rows
-    for name in set(concerts.values()):
-        sql = (
-            "SELECT T1.Name FROM singer AS T1 JOIN singer_in_concert AS T2 ON T1.Singer_ID = "
-            "T2.Singer_ID JOIN concert AS T3 ON T2.concert_ID = T3.concert_ID "
-            f"WHERE T3.concert_Name = '{name}'"
-        )
+        assert "membership AS T2" in d.sql and d.sql.count(" JOIN ") == 2
+        assert "membership row links" in d.meaning
+        a, shown, b, where, value = re.match(
+            r"SELECT T1\.(?:\"?)(\w+)\"? FROM (\w+) AS T1 .* JOIN (\w+) AS T3 .* "
+            r"WHERE T3\.(\w+) = '(.*)'$",
+            d.sql,
+        ).group(2, 1, 3, 4, 5)
+        ref = {"person": 1, "club": 2}
         expected = sorted(
-            singers[int(s)] for s, c in links if concerts.get(int(c)) == name and int(s) in singers
+            rows[a][link[ref[a]]][shown]
+            for link in links
+            if str(rows[b][link[ref[b]]][where]) == value
         )
-        assert sorted(r[0] for r in db.execute(sql).rows) == expected
+        assert sorted(r[0] for r in db.execute(d.sql).rows) == expected, d.sql
 
 
 def test_join_project_shows_columns_of_both_tables(tmp_path: Path):

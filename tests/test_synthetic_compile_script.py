@@ -83,22 +83,27 @@ def test_the_search_compile_scores_every_trial_on_all_of_validation(
     assert ran[-1][ran[-1].index("--max-demos") + 1] == "4" and "--space" not in ran[-1]
 
 
-def test_a_recorded_run_counts_only_when_every_switch_slice_and_model_match(
-    tmp_path: Path,
+def test_a_recorded_run_counts_only_when_program_switches_slice_model_and_questions_match(
+    spider_root: Path, tmp_path: Path
 ) -> None:
     """``--recorded``: a run made before the compile stands for the compiled row only when it
-    ran exactly the chosen program; one switch apart, the artefact is run as usual."""
+    ran exactly the chosen program on every question of the slice; one switch apart, another
+    program or a partial run, and the artefact is run as usual."""
+    ids = [ex.question_id for ex in load_slice("spider-dev-200")]
     run = tmp_path / "direct__samples8__spider-dev-200__1.5b.jsonl"
-    run.write_text("")
+    run.write_text("".join(json.dumps({"question_id": q}) + "\n" for q in ids))
     switches = {"samples": 8, "repair": "joins", "repair_scope": "all", "selector": "vote"}
     meta = {"model": "local:m", "program": "direct", "slice": "spider-dev-200"}
     run.with_name(run.name + ".run.json").write_text(
         json.dumps({"_run": {**meta, "switches": switches}})
     )
     match = synthetic_compile.recorded_match
-    assert match(run, dict(switches), "spider-dev-200", "local:m")
-    assert not match(run, {**switches, "repair_scope": "fallback"}, "spider-dev-200", "local:m")
-    assert not match(run, dict(switches), "bird-52", "local:m")
-    assert not match(run, dict(switches), "spider-dev-200", "local:other")
+    assert match(run, "direct", dict(switches), "spider-dev-200", "local:m")
+    other = {**switches, "repair_scope": "fallback"}
+    assert not match(run, "direct", other, "spider-dev-200", "local:m")
+    assert not match(run, "weave", dict(switches), "spider-dev-200", "local:m")
+    assert not match(run, "direct", dict(switches), "spider-dev-200", "local:other")
+    run.write_text("".join(json.dumps({"question_id": q}) + "\n" for q in ids[:20]))
+    assert not match(run, "direct", dict(switches), "spider-dev-200", "local:m")  # a --limit run
     with pytest.raises(SystemExit, match="run.json"):
-        match(tmp_path / "missing.jsonl", switches, "spider-dev-200", "local:m")
+        match(tmp_path / "missing.jsonl", "direct", switches, "spider-dev-200", "local:m")
