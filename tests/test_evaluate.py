@@ -345,6 +345,10 @@ def test_cli_evaluate_with_eight_threads_twenty_times(examples, tmp_path):
         assert len(read_records(tmp_path / f"r{run}.jsonl")) == len(examples)
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.timeout(200)
 def test_ctrl_c_stops_a_threaded_evaluation(examples, tmp_path):
     """It ignored Ctrl-C: the interrupt waited for every queued question. Now the queue is
@@ -360,6 +364,10 @@ def test_ctrl_c_stops_a_threaded_evaluation(examples, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        # Ctrl-C's default action in the child, whatever pytest inherited: a suite started in
+        # the background by a non-interactive shell ignores SIGINT, the child inherited that,
+        # ran to the end and exited 0 (the "full-suite flake" of earlier stops).
+        preexec_fn=_default_sigint,
     )
     try:
         deadline = time.monotonic() + 120
