@@ -55,7 +55,7 @@ from protocol import stem as protocol_stem
 from run_programs import _commit, model_tag
 
 from sqlweave.data import load_slice
-from sqlweave.evaluate import compare, read_records, summarize
+from sqlweave.evaluate import compare, read_records, read_run_identity, summarize
 from sqlweave.optimizers.synthetic import cache_dir
 
 HERE = Path(__file__).resolve().parent
@@ -154,10 +154,9 @@ def recorded_match(
     program, slice and model with exactly ``switches`` (every switch, not only the searched
     ones) on every question of the slice. Only a switch search's artefact can match: a run's
     record holds switches, not demos."""
-    meta_path = run.with_name(run.name + ".run.json")
-    if not run.is_file() or not meta_path.is_file():
+    meta = read_run_identity(run) if run.is_file() else None
+    if meta is None:
         sys.exit(f"--recorded needs a run's JSONL with its .run.json beside it, got {run}")
-    meta = json.loads(meta_path.read_text()).get("_run", {})
     same = (
         meta.get("program") == program
         and meta.get("slice") == slice_name
@@ -168,6 +167,13 @@ def recorded_match(
         return False
     wanted = {ex.question_id for ex in load_slice(slice_name)}
     return {r.get("question_id") for r in read_records(run)} == wanted
+
+
+def recorded_row(run: Path) -> dict[str, Any]:
+    """A recorded run's row (EX with its interval) and its records."""
+    records = read_records(run)
+    summary = {**summarize(records), "records": run.name}
+    return {"row": _interval(summary), "records": records}
 
 
 def _portable(record: dict[str, Any]) -> dict[str, Any]:
@@ -253,9 +259,7 @@ def main() -> None:
             if searched and recorded_match(run, args.program, switches, args.slice, args.model)
         ]
         if same:
-            records = read_records(same[0])
-            summary = {**summarize(records), "records": same[0].name}
-            rows[name] = {"row": _interval(summary), "records": records}
+            rows[name] = recorded_row(same[0])
             compiled_from[name] = same[0].name
             print(f"{name}: the compile chose the switches of {same[0].name}; its records count")
             continue
@@ -267,9 +271,7 @@ def main() -> None:
         name, sep, path = item.partition("=")
         if not sep or not name or not Path(path).is_file():
             sys.exit(f"--baseline needs NAME=RUN.jsonl of a recorded run, got {item!r}")
-        records = read_records(Path(path))
-        summary = {**summarize(records), "records": Path(path).name}
-        rows[name] = {"row": _interval(summary), "records": records}
+        rows[name] = recorded_row(Path(path))
 
     meta = json.loads(artefacts["synthetic"].read_text())["meta"]
     search = ((meta.get("extra") or {}).get("details") or {}).get("search")

@@ -7,8 +7,9 @@ OmniSQL's SynSQL and SENSE, scaled to a 2-core CPU:
 
 1. **SQL from structures, re-targeted to this schema.** A table of templates (:data:`TEMPLATES`)
    covers Spider's hardness mix (counts, filters, aggregates, GROUP BY/HAVING, ORDER BY/LIMIT,
-   joins along one foreign key or two through a link table, nested and set queries). Each is filled with this schema's tables,
-   keys, typed columns and *stored* values, drawn with a seeded RNG. No LM call, no gold question.
+   joins along one foreign key or two through a link table, nested and set queries). Each is
+   filled with this schema's tables, keys, typed columns and *stored* values, drawn with a
+   seeded RNG. No LM call, no gold question.
 2. **Kept only if it is a good label.** Every query is executed read-only with a time limit and
    kept only if it runs, returns rows (at most :data:`MAX_ROWS`), is deterministic (no tie at an
    ORDER BY ... LIMIT boundary), is not a duplicate (same normalised SQL, or same template and
