@@ -30,7 +30,8 @@ linker        ``none``; ``tables`` (PET-SQL: tables a draft reads); ``columns`` 
 selector      ``first``; ``vote`` (PET-SQL's execution-majority vote); ``lm`` (RSL-SQL's
               selection, the LM chooses between executed candidates); ``runoff`` (the vote,
               and the LM between the two leading answers when it is close); ``across`` (the
-              answer the most different generators hold; the vote breaks ties)
+              answer the most different generators hold; the vote breaks ties); ``ranked``
+              (the vote's classes scored by a linear model fitted on Spider train, no LM call)
 corrector     ``none``; ``execution`` (Dubo-SQL / RSL-SQL: fix while the SQL fails or returns
               nothing); ``rules`` (MageSQL's rule-based correction, no LM call); ``mage``
               (MageSQL's rules, then its guideline prompt on predicted-hard cases);
@@ -92,6 +93,7 @@ STAGES: dict[str, Registry] = {
             "across": "sqlweave.programs.voting:AcrossSelector",
             "lm": "sqlweave.programs.selection:CandidateSelector",
             "runoff": "sqlweave.programs.selection:RunoffSelector",
+            "ranked": "sqlweave.programs.reranker:RankSelector",
         },
         base=dspy.Module,
     ),

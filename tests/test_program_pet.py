@@ -539,8 +539,8 @@ def test_every_selector(concert: Database, name: str) -> None:
         assert pred.stages[-1] == "selector"
         assert pred.sql in pred.candidates and len(pred.candidates) == len(pred.sources) == 4
         assert (pred.vote is not None) == (
-            name in ("vote", "runoff", "across")
-        )  # runoff votes first
+            name in ("vote", "runoff", "across", "ranked")
+        )  # runoff votes first; ranked scores the vote's classes
 
 
 @pytest.mark.parametrize("name", stages.available("corrector"))

@@ -14,6 +14,7 @@ def test_committed_slices_load_without_benchmark_data() -> None:
     assert len(data.slice_ids("spider-dev-200")) == 200
     assert len(data.slice_ids("bird-52")) == 52
     assert len(data.slice_ids("spider-train-val")) == 200
+    assert len(set(data.slice_ids("spider-train-select"))) == 1000
     assert data.demo_pool_exclusions()  # the held-out validation databases
 
 
@@ -44,6 +45,15 @@ def test_validation_databases_are_unseen_by_the_default_pool(data_root: Path) ->
     pool = default_pool("spider", root=data_root)
     assert pool and not {ex.db_id for ex in pool} & held
     assert not {ex.question_id for ex in pool} & {ex.question_id for ex in val}
+
+
+def test_the_selector_fitting_slice_keeps_off_the_validation_databases(data_root: Path) -> None:
+    """``spider-train-select`` fits the ``ranked`` selector; a selector is chosen on
+    ``spider-train-val``, so the two share no database (and no question)."""
+    fitting = data.load_slice("spider-train-select", root=data_root)
+    assert all(ex.split == "train" for ex in fitting)
+    assert not {ex.db_id for ex in fitting} & data.demo_pool_exclusions()
+    assert len({ex.db_id for ex in fitting}) > 100  # many databases, not a few large ones
 
 
 def test_the_package_bundle_resolves_the_spider_slices(data_root: Path) -> None:

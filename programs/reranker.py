@@ -1,0 +1,308 @@
+"""A learned selector: the execution vote's classes scored by a linear model fitted on train.
+
+The vote counts how many candidates agree; it cannot see that the majority answers a different
+question. Where the 1.5B model's vote is wrong but some candidate is right, the two answers
+usually differ in a way the question names: "for each investor" and a query without
+``GROUP BY``; "how many" and no ``COUNT``; "both" and no ``INTERSECT``; an ``IN (SELECT ...)``
+where Spider's gold joins and keeps the duplicate rows. :func:`class_features` turns each
+result class into numbers (its share of the vote, its result's shape, its SQL's shape, and those
+crossed with cues in the question); :class:`RankSelector` scores each class with weights fitted
+on ``spider-train-select`` (a conditional logit: one choice among a question's classes,
+``experiments/fit_reranker.py``) and picks the best, the vote's order breaking ties.
+
+No LM call; it needs every candidate (a class the vote counted out may still score best), so a
+sampler feeding it does not stop early (:func:`~sqlweave.programs.voting.settle_for` settles only
+the plain vote). The weights ship with the package (``reranker_weights.json``); a user can fit
+their own on their train questions and pass them as ``weights=``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from sqlweave.db import Database, QueryResult
+from sqlweave.programs.base import resolve_database
+from sqlweave.programs.feedback import FEEDBACK_TIMEOUT_S
+from sqlweave.programs.voting import (
+    Candidates,
+    ExecutionGroup,
+    VoteResult,
+    execution_groups,
+    ranked_groups,
+)
+
+#: The weights fitted on ``spider-train-select`` (``experiments/fit_reranker.py``).
+WEIGHTS_FILE = Path(__file__).with_name("reranker_weights.json")
+
+# --- what the question asks for ---------------------------------------------------------------
+
+_CUES: dict[str, re.Pattern[str]] = {
+    "count": re.compile(r"\b(how many|number of|count)\b"),
+    "average": re.compile(r"\b(average|mean|avg)\b"),
+    "total": re.compile(r"\b(total|sum|combined)\b"),
+    "each": re.compile(r"\b(each|every|per|for all|for different|by each)\b"),
+    "distinct": re.compile(r"\b(different|distinct|unique)\b"),
+    "superlative": re.compile(
+        r"\b(most|least|fewest|highest|lowest|largest|smallest|biggest|maximum|minimum|max|min|"
+        r"top|best|worst|oldest|youngest|latest|earliest|longest|shortest|greatest|\w+est)\b"
+    ),
+    "both": re.compile(r"\b(both|and also|as well as|shared|in common)\b"),
+    "negation": re.compile(r"\b(not|no|never|without|neither|nor|except|other than)\b|n't\b"),
+    "order": re.compile(
+        r"\b(order|ordered|sort|sorted|ascending|descending|alphabetical|alphabetically|rank)"
+    ),
+    "either": re.compile(r"\b(or|either)\b"),
+    "descending": re.compile(
+        r"\b(descending|decreasing|most|highest|largest|biggest|greatest|maximum|top|latest|"
+        r"oldest|longest|best)\b"
+    ),
+    "more_than": re.compile(
+        r"\b(more than|less than|at least|at most|greater|fewer|above|below)\b"
+    ),
+}
+
+
+def question_cues(question: str) -> dict[str, bool]:
+    """Which of the cues a question holds (lower-cased word patterns; no LM)."""
+    text = question.lower()
+    return {name: bool(pattern.search(text)) for name, pattern in _CUES.items()}
+
+
+_LISTED = re.compile(r",| and ")
+
+
+def asked_columns(question: str) -> int:
+    """A rough count of the things a question asks for: 1 + its commas and "and"s."""
+    return 1 + len(_LISTED.findall(question.lower()))
+
+
+# --- what a query does --------------------------------------------------------------------------
+
+_SQL_PATTERNS: dict[str, re.Pattern[str]] = {
+    "count": re.compile(r"\bcount\s*\(", re.I),
+    "avg": re.compile(r"\bavg\s*\(", re.I),
+    "sum": re.compile(r"\bsum\s*\(", re.I),
+    "maxmin": re.compile(r"\b(max|min)\s*\(", re.I),
+    "group_by": re.compile(r"\bgroup\s+by\b", re.I),
+    "order_by": re.compile(r"\border\s+by\b", re.I),
+    "limit": re.compile(r"\blimit\b", re.I),
+    "distinct": re.compile(r"\bdistinct\b", re.I),
+    "having": re.compile(r"\bhaving\b", re.I),
+    "intersect": re.compile(r"\bintersect\b", re.I),
+    "union": re.compile(r"\bunion\b", re.I),
+    "except": re.compile(r"\bexcept\b|\bnot\s+in\b|\bnot\s+exists\b", re.I),
+    "in_subquery": re.compile(r"\bin\s*\(\s*select\b", re.I),
+    "subquery": re.compile(r"\(\s*select\b", re.I),
+    "like": re.compile(r"\blike\b", re.I),
+    "or": re.compile(r"\bor\b|\bin\s*\(\s*'", re.I),
+    "not_equal": re.compile(r"!=|<>", re.I),
+    "compare": re.compile(r"[<>]=?", re.I),
+    "desc": re.compile(r"\bdesc\b", re.I),
+}
+_JOIN = re.compile(r"\bjoin\b", re.I)
+
+
+def sql_shape(sql: str) -> dict[str, float]:
+    """What a query uses, by keyword (1.0 / 0.0), and how many joins it has."""
+    shape = {name: float(bool(p.search(sql))) for name, p in _SQL_PATTERNS.items()}
+    shape["joins"] = float(len(_JOIN.findall(sql)))
+    return shape
+
+
+#: Question cue -> the query shapes that answer it (crossed in :func:`class_features`).
+_CROSSINGS: dict[str, tuple[str, ...]] = {
+    "count": ("count", "group_by"),
+    "average": ("avg",),
+    "total": ("sum", "count"),
+    "each": ("group_by", "count", "order_by"),
+    "distinct": ("distinct", "group_by"),
+    "superlative": ("order_by", "limit", "maxmin", "desc", "group_by"),
+    "both": ("intersect", "joins"),
+    "negation": ("except", "not_equal"),
+    "order": ("order_by", "limit"),
+    "descending": ("desc",),
+    "either": ("or", "union"),
+    "more_than": ("compare", "having"),
+}
+
+
+# --- a result class as numbers ------------------------------------------------------------------
+
+
+def _has_duplicates(result: QueryResult) -> bool:
+    return len(set(result.rows)) < len(result.rows)
+
+
+def _has_null(result: QueryResult) -> bool:
+    return any(value is None for row in result.rows for value in row)
+
+
+def _n_cols(result: QueryResult) -> int:
+    return len(result.columns) if result.columns else (len(result.rows[0]) if result.rows else 0)
+
+
+def _cells(result: QueryResult) -> frozenset[str]:
+    """A result's distinct cell values, as text (numbers by value: 3 and 3.0 alike)."""
+    return frozenset(
+        repr(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+        for row in result.rows
+        for v in row
+    )
+
+
+_TOKEN = re.compile(r"[a-z_][a-z0-9_]*|\d+|'[^']*'|[<>=!]+", re.I)
+
+
+def _tokens(sql: str) -> frozenset[str]:
+    return frozenset(t.lower() for t in _TOKEN.findall(sql))
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a | b else 1.0
+
+
+def class_features(
+    question: str,
+    candidates: Sequence[str],
+    groups: Sequence[ExecutionGroup],
+    greedy: Sequence[bool] | None = None,
+) -> list[dict[str, float]]:
+    """One feature dict per class of ``groups`` (same order).
+
+    ``greedy[i]``: candidate ``i`` was decoded greedily (default: only the first). SQL shapes are
+    the mean over a class's members (how much of the class uses a ``JOIN``, a ``DISTINCT``...).
+    """
+    if greedy is None:
+        greedy = [i == 0 for i in range(len(candidates))]
+    total = sum(g.weight for g in groups) or 1.0
+    top = ranked_groups(groups)[0] if groups else None
+    cues = question_cues(question)
+    asked = asked_columns(question)
+    rows = [len(g.result.rows) for g in groups]
+    cols = [_n_cols(g.result) for g in groups]
+    cells = [_cells(g.result) for g in groups]
+    tokens = [_tokens(candidates[g.first]) for g in groups]
+    out = []
+    for i, (g, n_rows, n_cols) in enumerate(zip(groups, rows, cols, strict=True)):
+        # How much the other classes' answers and queries share with this one (a soft vote,
+        # MBR-style): a minority answer that the others nearly give, with a column more or a
+        # filter less, is the consensus the exact vote cannot see.
+        others = [j for j in range(len(groups)) if j != i]
+        rest = sum(groups[j].weight for j in others) or 1.0
+        shapes = [sql_shape(candidates[m]) for m in g.members]
+        shape = {k: sum(s[k] for s in shapes) / len(shapes) for k in shapes[0]}
+        f: dict[str, float] = {
+            "share": g.weight / total,
+            "log_count": math.log1p(len(g.members)),
+            "is_top": float(g is top),
+            "greedy": float(any(greedy[m] for m in g.members)),
+            "empty": float(g.empty),
+            "null": float(_has_null(g.result)),
+            "duplicates": float(_has_duplicates(g.result)),
+            "log_rows": math.log1p(n_rows),
+            "one_row": float(n_rows == 1),
+            "cols": float(n_cols),
+            "most_cols": float(n_cols == max(cols) and len(set(cols)) > 1),
+            "fewest_cols": float(n_cols == min(cols) and len(set(cols)) > 1),
+            "most_rows": float(n_rows == max(rows) and len(set(rows)) > 1),
+            "fewest_rows": float(n_rows == min(rows) and len(set(rows)) > 1),
+            "soft_values": sum(groups[j].weight * _jaccard(cells[i], cells[j]) for j in others)
+            / rest,
+            "soft_contained": sum(
+                groups[j].weight * (len(cells[i] & cells[j]) / len(cells[i]) if cells[i] else 0.0)
+                for j in others
+            )
+            / rest,
+            "soft_sql": sum(groups[j].weight * _jaccard(tokens[i], tokens[j]) for j in others)
+            / rest,
+        }
+        f.update({f"sql_{k}": v for k, v in shape.items()})
+        for cue, answers in _CROSSINGS.items():
+            sign = 1.0 if cues[cue] else -1.0
+            for k in answers:
+                f[f"{cue}_x_{k}"] = sign * shape[k]
+        f["each_x_cols"] = (1.0 if cues["each"] else -1.0) * float(n_cols)
+        f["cols_gap"] = abs(n_cols - asked)
+        f["count_x_one_row"] = (1.0 if cues["count"] else -1.0) * f["one_row"]
+        out.append(f)
+    return out
+
+
+def score(features: Mapping[str, float], weights: Mapping[str, float]) -> float:
+    """The linear score of one class (names missing from ``weights`` count 0)."""
+    return sum(weights.get(name, 0.0) * value for name, value in features.items())
+
+
+@cache
+def default_weights() -> dict[str, float]:
+    """The packaged weights (fitted on ``spider-train-select``)."""
+    payload = json.loads(WEIGHTS_FILE.read_text(encoding="utf-8"))
+    return {str(k): float(v) for k, v in payload["weights"].items()}
+
+
+def rank(
+    question: str,
+    candidates: Sequence[str],
+    groups: Sequence[ExecutionGroup],
+    weights: Mapping[str, float],
+    greedy: Sequence[bool] | None = None,
+) -> ExecutionGroup | None:
+    """The best-scoring class (the vote's order breaks ties); None when there is none."""
+    if not groups:
+        return None
+    feats = class_features(question, candidates, groups, greedy)
+    scored = {id(g): score(f, weights) for g, f in zip(groups, feats, strict=True)}
+    ordered = ranked_groups(groups)
+    return max(ordered, key=lambda g: scored[id(g)])  # max keeps the first of equal scores
+
+
+class RankSelector(dspy.Module):
+    """The ``ranked`` selector: execution classes scored by a fitted linear model (module doc).
+
+    Follows the selector protocol of :mod:`sqlweave.programs.stages`; no LM call. ``weights``:
+    a mapping of feature name to weight (default: the packaged ones).
+    """
+
+    def __init__(
+        self,
+        weights: Mapping[str, float] | None = None,
+        timeout_s: float = FEEDBACK_TIMEOUT_S,
+    ) -> None:
+        super().__init__()
+        self.weights = dict(weights) if weights is not None else None
+        self.timeout_s = timeout_s
+
+    def forward(
+        self,
+        candidates: Sequence[str],
+        db: Database | str | Path,
+        question: str = "",
+        evidence: str = "",
+        db_schema: str | None = None,
+        weights: Sequence[float] | None = None,
+        **_: Any,
+    ) -> dspy.Prediction:
+        if not candidates:
+            raise ValueError("a selector needs at least one candidate")
+        sqls = list(candidates)
+        known = candidates.outcomes if isinstance(candidates, Candidates) else None
+        groups, outcomes = execution_groups(
+            sqls, resolve_database(db), weights, timeout_s=self.timeout_s, known=known
+        )
+        total = float(len(sqls)) if weights is None else float(sum(weights))
+        best = rank(question, sqls, groups, self.weights or default_weights())
+        if best is None:
+            result = VoteResult(sqls[0], [], 0, 0.0, total, outcomes)
+        else:
+            result = VoteResult(sqls[best.first], groups, best.first, best.weight, total, outcomes)
+        return dspy.Prediction(
+            sql=result.sql, choice=result.winner_index + 1, lm_called=False, vote=result
+        )
