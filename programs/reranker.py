@@ -22,6 +22,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -29,15 +30,8 @@ from typing import Any
 import dspy
 
 from sqlweave.db import Database, QueryResult
-from sqlweave.programs.base import resolve_database
 from sqlweave.programs.feedback import FEEDBACK_TIMEOUT_S
-from sqlweave.programs.voting import (
-    Candidates,
-    ExecutionGroup,
-    VoteResult,
-    execution_groups,
-    ranked_groups,
-)
+from sqlweave.programs.voting import ExecutionGroup, VoteResult, VoteSelector, ranked_groups
 
 #: The weights fitted on ``spider-train-select`` (``experiments/fit_reranker.py``).
 WEIGHTS_FILE = Path(__file__).with_name("reranker_weights.json")
@@ -264,11 +258,12 @@ def rank(
     return max(ordered, key=lambda g: scored[id(g)])  # max keeps the first of equal scores
 
 
-class RankSelector(dspy.Module):
+class RankSelector(VoteSelector):
     """The ``ranked`` selector: execution classes scored by a fitted linear model (module doc).
 
-    Follows the selector protocol of :mod:`sqlweave.programs.stages`; no LM call. ``weights``:
-    a mapping of feature name to weight (default: the packaged ones).
+    Follows the selector protocol of :mod:`sqlweave.programs.stages`; no LM call. The vote runs
+    first (its classes and order); the best-scoring class replaces its winner. ``weights``: a
+    mapping of feature name to weight (default: the packaged ones).
     """
 
     def __init__(
@@ -276,11 +271,10 @@ class RankSelector(dspy.Module):
         weights: Mapping[str, float] | None = None,
         timeout_s: float = FEEDBACK_TIMEOUT_S,
     ) -> None:
-        super().__init__()
+        super().__init__(timeout_s=timeout_s)
         self.weights = dict(weights) if weights is not None else None
-        self.timeout_s = timeout_s
 
-    def forward(
+    def forward(  # type: ignore[override]
         self,
         candidates: Sequence[str],
         db: Database | str | Path,
@@ -290,19 +284,12 @@ class RankSelector(dspy.Module):
         weights: Sequence[float] | None = None,
         **_: Any,
     ) -> dspy.Prediction:
-        if not candidates:
-            raise ValueError("a selector needs at least one candidate")
-        sqls = list(candidates)
-        known = candidates.outcomes if isinstance(candidates, Candidates) else None
-        groups, outcomes = execution_groups(
-            sqls, resolve_database(db), weights, timeout_s=self.timeout_s, known=known
-        )
-        total = float(len(sqls)) if weights is None else float(sum(weights))
-        best = rank(question, sqls, groups, self.weights or default_weights())
+        voted = super().forward(candidates, db, question, evidence, db_schema, weights)
+        result: VoteResult = voted.vote
+        best = rank(question, list(candidates), result.groups, self.weights or default_weights())
         if best is None:
-            result = VoteResult(sqls[0], [], 0, 0.0, total, outcomes)
-        else:
-            result = VoteResult(sqls[best.first], groups, best.first, best.weight, total, outcomes)
-        return dspy.Prediction(
-            sql=result.sql, choice=result.winner_index + 1, lm_called=False, vote=result
+            return voted
+        result = replace(
+            result, sql=list(candidates)[best.first], winner_index=best.first, support=best.weight
         )
+        return dspy.Prediction(sql=result.sql, choice=best.first + 1, lm_called=False, vote=result)
