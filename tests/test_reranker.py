@@ -129,3 +129,14 @@ def test_fit_learns_a_feature_that_marks_the_right_class() -> None:
     assert all(fit_reranker.choices(rows, weights).values())
     assert sum(fit_reranker.choices(rows, None).values()) == 10  # the vote: right a third
     json.dumps(weights)  # what `fit` writes
+
+
+def test_a_sampler_feeding_it_draws_every_candidate() -> None:
+    """A settled vote stops sampling; the ranked selector may pick a class the vote counted out,
+    so ``direct`` with it never stops early (the plain vote still does)."""
+    from sqlweave import programs
+
+    ranked = programs.get("direct", samples=4, selector="ranked")
+    assert isinstance(ranked.selector, reranker.RankSelector)
+    assert ranked.sampler.settle is False
+    assert programs.get("direct", samples=4, selector="vote").sampler.settle is True
