@@ -28,7 +28,7 @@ import argparse
 import itertools
 import json
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from tqdm import tqdm
 
 from sqlweave.data import load_slice
 from sqlweave.db import Database
+from sqlweave.evaluate import read_records
 from sqlweave.programs.reranker import class_features, score
 from sqlweave.programs.voting import execution_groups, origin_is_greedy, ranked_groups
 from sqlweave.stats import bootstrap_ci, paired
@@ -45,11 +46,12 @@ from sqlweave.stats import bootstrap_ci, paired
 RESULTS = Path(__file__).resolve().parent / "results" / "reranker"
 
 
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                yield json.loads(line)
+def records(path: str | Path) -> list[dict[str, Any]]:
+    """A JSONL file's rows (a run's records or a class file's), through the evaluator's reader:
+    a run still being written loses only its half-written last line. A missing file is an error."""
+    if not Path(path).exists():
+        raise SystemExit(f"{path}: no such file")
+    return read_records(path)
 
 
 def question_classes(record: dict[str, Any], example: Any) -> dict[str, Any]:
@@ -96,16 +98,16 @@ def cmd_classes(args: argparse.Namespace) -> None:
         Path(args.out) if args.out else RESULTS / run.name.replace("__1.5b.jsonl", ".classes.jsonl")
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    records = list(read_jsonl(run))
+    rows = records(run)
     with out.open("w", encoding="utf-8") as handle:
-        for record in tqdm(records, desc="classes"):
+        for record in tqdm(rows, desc="classes"):
             row = question_classes(record, examples[str(record["question_id"])])
             handle.write(json.dumps(row) + "\n")
-    print(f"wrote {out} ({len(records)} questions)")
+    print(f"wrote {out} ({len(rows)} questions)")
 
 
 def load_classes(paths: Sequence[str]) -> list[dict[str, Any]]:
-    return [row for p in paths for row in read_jsonl(Path(p))]
+    return [row for p in paths for row in records(p)]
 
 
 #: Feature groups ``--features`` picks from (names as :func:`class_features` writes them).

@@ -22,7 +22,6 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,13 @@ import dspy
 
 from sqlweave.db import Database, QueryResult
 from sqlweave.programs.feedback import FEEDBACK_TIMEOUT_S
-from sqlweave.programs.voting import ExecutionGroup, VoteResult, VoteSelector, ranked_groups
+from sqlweave.programs.voting import (
+    ExecutionGroup,
+    VoteResult,
+    VoteSelector,
+    overturned,
+    ranked_groups,
+)
 
 #: The weights fitted on ``spider-train-select`` (``experiments/fit_reranker.py``).
 WEIGHTS_FILE = Path(__file__).with_name("reranker_weights.json")
@@ -289,7 +294,4 @@ class RankSelector(VoteSelector):
         best = rank(question, list(candidates), result.groups, self.weights or default_weights())
         if best is None:
             return voted
-        result = replace(
-            result, sql=list(candidates)[best.first], winner_index=best.first, support=best.weight
-        )
-        return dspy.Prediction(sql=result.sql, choice=best.first + 1, lm_called=False, vote=result)
+        return overturned(candidates, result, best)

@@ -489,10 +489,18 @@ class AcrossSelector(VoteSelector):
         best = min(
             ranked_groups(result.groups), key=lambda g: -len({sources[m] for m in g.members})
         )
-        result = replace(
-            result, sql=list(candidates)[best.first], winner_index=best.first, support=best.weight
-        )
-        return dspy.Prediction(sql=result.sql, choice=best.first + 1, lm_called=False, vote=result)
+        return overturned(candidates, result, best)
+
+
+def overturned(
+    candidates: Sequence[str], result: VoteResult, winner: ExecutionGroup
+) -> dspy.Prediction:
+    """A selector's prediction when it keeps the vote's classes but crowns ``winner`` (one of
+    ``result.groups``): its earliest member is the answer (``across``, ``ranked``)."""
+    result = replace(
+        result, sql=list(candidates)[winner.first], winner_index=winner.first, support=winner.weight
+    )
+    return dspy.Prediction(sql=result.sql, choice=winner.first + 1, lm_called=False, vote=result)
 
 
 class FirstSelector(dspy.Module):
