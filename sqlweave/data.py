@@ -501,11 +501,11 @@ SLICES: dict[str, tuple[str, str]] = {
 #: How many train databases (at least) and questions make up ``spider-train-val``.
 TRAIN_VAL_MIN_QUESTIONS = 300
 TRAIN_VAL_SIZE = 200
-#: Questions in ``spider-train-select`` (two draws: 400, then 600 more): train questions for
+#: Questions in ``spider-train-select`` (three draws: 400, 600 more, 600 more): train questions for
 #: *fitting* a selector (the learned one of :mod:`sqlweave.programs.reranker`), from train
 #: databases outside ``spider-train-val``, so a selector fitted here is still checked on databases
 #: it never saw.
-TRAIN_SELECT_SIZE = (400, 600)
+TRAIN_SELECT_SIZE = (400, 600, 600)
 
 
 def train_val_databases(train: Sequence[Any]) -> list[str]:
@@ -543,15 +543,16 @@ def build_slice_ids(name: str, root: str | Path | None = None) -> list[str]:
             [ex for ex in train if ex.db_id in held], n=TRAIN_VAL_SIZE, seed=0, stratify=None
         )
     elif name == "spider-train-select":
-        # Drawn in two rounds (400, then 600 of the rest) so the first run's questions stay the
-        # slice's first 400: a run of 400 resumed on the grown slice keeps its records.
+        # Drawn in rounds (draw k of the rest, seed k) so each earlier run's questions stay the
+        # slice's first ones: a run resumed on the grown slice keeps its records.
         train = load_spider("train", root=root)
         held = set(train_val_databases(train))
         pool = [ex for ex in train if ex.db_id not in held]
-        picked = eval_slice(pool, n=TRAIN_SELECT_SIZE[0], seed=0, stratify=None)
-        taken = {ex.question_id for ex in picked}
-        rest = [ex for ex in pool if ex.question_id not in taken]
-        picked += eval_slice(rest, n=TRAIN_SELECT_SIZE[1], seed=1, stratify=None)
+        picked = []
+        for seed, n in enumerate(TRAIN_SELECT_SIZE):
+            taken = {ex.question_id for ex in picked}
+            rest = [ex for ex in pool if ex.question_id not in taken]
+            picked += eval_slice(rest, n=n, seed=seed, stratify=None)
     else:
         raise DataError(None, f"unknown slice {name!r}; choose from {', '.join(SLICES)}")
     return [str(ex.question_id) for ex in picked]
@@ -575,7 +576,7 @@ def load_slice(name: str, root: str | Path | None = None) -> list[dspy.Example]:
     ``spider-dev-200`` (200 random Spider dev questions, seed 0), ``bird-52`` (every bundled BIRD
     question), ``spider-train-val`` (200 train questions on train databases that
     :func:`demo_pool_exclusions` keeps out of every default demo pool), ``spider-train-select``
-    (1,000 train questions on the other train databases, for fitting a selector); ``<name>-merged`` asks a
+    (1,600 train questions on the other train databases, for fitting a selector); ``<name>-merged`` asks a
     slice's questions of one database holding 48 databases' tables (:mod:`sqlweave.merge`).
     """
     if name in MERGED_SLICES:

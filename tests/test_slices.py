@@ -14,7 +14,7 @@ def test_committed_slices_load_without_benchmark_data() -> None:
     assert len(data.slice_ids("spider-dev-200")) == 200
     assert len(data.slice_ids("bird-52")) == 52
     assert len(data.slice_ids("spider-train-val")) == 200
-    assert len(set(data.slice_ids("spider-train-select"))) == 1000
+    assert len(set(data.slice_ids("spider-train-select"))) == sum(data.TRAIN_SELECT_SIZE) == 1600
     assert data.demo_pool_exclusions()  # the held-out validation databases
 
 
@@ -54,6 +54,19 @@ def test_the_selector_fitting_slice_keeps_off_the_validation_databases(data_root
     assert all(ex.split == "train" for ex in fitting)
     assert not {ex.db_id for ex in fitting} & data.demo_pool_exclusions()
     assert len({ex.db_id for ex in fitting}) > 100  # many databases, not a few large ones
+
+
+def test_a_grown_fitting_slice_keeps_every_earlier_draw(
+    data_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``spider-train-select`` grew by draws (400, 600, 600): the questions of each earlier size
+    are all still in it, so a run made on the smaller slice resumes on the grown one."""
+    grown = set(data.build_slice_ids("spider-train-select", root=data_root))
+    assert grown == set(data.slice_ids("spider-train-select"))
+    for sizes in ((400,), (400, 600)):
+        monkeypatch.setattr(data, "TRAIN_SELECT_SIZE", sizes)
+        earlier = data.build_slice_ids("spider-train-select", root=data_root)
+        assert len(earlier) == sum(sizes) and set(earlier) <= grown
 
 
 def test_the_package_bundle_resolves_the_spider_slices(data_root: Path) -> None:
