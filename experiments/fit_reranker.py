@@ -8,14 +8,15 @@ verdict, the benchmark's semantics) to ``results/reranker/*.classes.jsonl``: the
 
 ``fit`` fits a conditional logit (a softmax over each question's classes, L2 penalty ``--l2``)
 on class files of ``spider-train-select`` (train databases outside validation) and writes the
-weights; ``cv`` cross-validates every set of feature groups × ``--l2`` there (five folds by
-database) to choose them without validation; ``replay`` scores weights against the vote on other
-class files (validation to check the choice, dev and bird to report it), paired on the same
-questions:
+weights; ``cv`` cross-validates every set of feature groups (or ``--features``) × ``--l2`` ×
+``--max-share`` gates there (five folds by database) to choose them without validation;
+``replay`` scores weights against the vote on other class files (validation to check the choice,
+dev and bird to report it), paired on the same questions:
 
     python experiments/fit_reranker.py classes results/protocol/direct__samples8-joins-all__spider-train-select__1.5b.jsonl --slice spider-train-select
     python experiments/fit_reranker.py cv results/reranker/direct__samples8-joins-all__spider-train-select.classes.jsonl
-    python experiments/fit_reranker.py fit results/reranker/direct__samples8-joins-all__spider-train-select.classes.jsonl --features vote,result --l2 10 --out programs/reranker_weights.json
+    python experiments/fit_reranker.py cv results/reranker/direct__samples8-joins-all__spider-train-select.classes.jsonl --features vote,result,soft,align --l2 1 --max-share 1 0.75 0.5
+    python experiments/fit_reranker.py fit results/reranker/direct__samples8-joins-all__spider-train-select.classes.jsonl --features vote,result,soft,align --l2 1 --out programs/reranker_weights.json
     python experiments/fit_reranker.py replay programs/reranker_weights.json results/reranker/direct__samples8-joins-all__spider-train-val.classes.jsonl
 
 A guide for choosing on validation, never a result by itself: a choice is confirmed by running the
@@ -39,7 +40,7 @@ from tqdm import tqdm
 from sqlweave.data import load_slice
 from sqlweave.db import Database
 from sqlweave.evaluate import read_records
-from sqlweave.programs.reranker import class_features, score
+from sqlweave.programs.reranker import class_features, gated, score
 from sqlweave.programs.voting import execution_groups, origin_is_greedy, ranked_groups
 from sqlweave.stats import bootstrap_ci, paired
 
@@ -111,7 +112,7 @@ def load_classes(paths: Sequence[str]) -> list[dict[str, Any]]:
 
 
 #: Feature groups ``--features`` picks from (names as :func:`class_features` writes them).
-GROUPS = ("vote", "result", "soft", "sql", "cross")
+GROUPS = ("vote", "result", "soft", "sql", "cross", "align")
 _VOTE = {"share", "log_count", "is_top", "greedy"}
 
 
@@ -123,6 +124,8 @@ def group_of(name: str) -> str:
         return "soft"
     if name.startswith("sql_"):
         return "sql"
+    if name.startswith("align_"):
+        return "align"
     if "_x_" in name:
         return "cross"
     return "result"
@@ -138,16 +141,23 @@ def left_out(rows: Sequence[dict[str, Any]], groups: Sequence[str]) -> list[str]
 
 
 def cross_validate(
-    rows: Sequence[dict[str, Any]], l2: float, drop: Sequence[str], folds: int = 5
-) -> dict[str, bool]:
-    """Out-of-fold choices, the folds by database (a database's questions share one fold)."""
+    rows: Sequence[dict[str, Any]],
+    l2: float,
+    drop: Sequence[str],
+    folds: int = 5,
+    max_shares: Sequence[float] = (1.0,),
+) -> dict[float, dict[str, bool]]:
+    """Out-of-fold choices for each gate of ``max_shares``, the folds by database (a database's
+    questions share one fold)."""
     dbs = sorted({r["db_id"] for r in rows})
     random.Random(0).shuffle(dbs)
     fold = {db: i % folds for i, db in enumerate(dbs)}
-    out: dict[str, bool] = {}
+    out: dict[float, dict[str, bool]] = {g: {} for g in max_shares}
     for k in range(folds):
         weights = fit([r for r in rows if fold[r["db_id"]] != k], l2, drop)
-        out.update(choices([r for r in rows if fold[r["db_id"]] == k], weights))
+        held = [r for r in rows if fold[r["db_id"]] == k]
+        for g in max_shares:
+            out[g].update(choices(held, weights, max_share=g))
     return out
 
 
@@ -171,23 +181,31 @@ def fit(rows: Sequence[dict[str, Any]], l2: float, drop: Sequence[str] = ()) -> 
     if not data:
         raise SystemExit("no question with a right and a wrong class to fit on")
     n = len(data)
+    # All questions' classes stacked, one softmax per question's segment (reduceat), so one
+    # loss evaluation is a few array operations whatever the number of questions.
+    x_all = np.vstack([x for x, _ in data])
+    starts = np.cumsum([0] + [len(x) for x, _ in data[:-1]])
+    owner = np.repeat(np.arange(n), [len(x) for x, _ in data])
+    right = starts + np.array([y for _, y in data])
 
     def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
-        total, grad = 0.0, np.zeros_like(w)
-        for x, y in data:
-            s = x @ w
-            s -= s.max()
-            p = np.exp(s) / np.exp(s).sum()
-            total -= np.log(p[y] + 1e-12)
-            grad -= x[y] - p @ x
+        s = x_all @ w
+        s -= np.maximum.reduceat(s, starts)[owner]
+        e = np.exp(s)
+        p = e / np.add.reduceat(e, starts)[owner]
+        total = -np.log(p[right] + 1e-12).sum()
+        grad = -(x_all[right].sum(axis=0) - p @ x_all)
         return total / n + l2 * (w @ w) / (2 * n), grad / n + l2 * w / n
 
     res = minimize(loss, np.zeros(len(names)), jac=True, method="L-BFGS-B")
     return {name: float(v) for name, v in zip(names, res.x, strict=True)}
 
 
-def choices(rows: Sequence[dict[str, Any]], weights: dict[str, float] | None) -> dict[str, bool]:
-    """Per question: is the chosen class right? ``weights=None`` replays the vote."""
+def choices(
+    rows: Sequence[dict[str, Any]], weights: dict[str, float] | None, max_share: float = 1.0
+) -> dict[str, bool]:
+    """Per question: is the chosen class right? ``weights=None`` replays the vote; the weights
+    overturn it only where its top class holds at most ``max_share`` of the vote."""
     out = {}
     for row in rows:
         classes = row["classes"]
@@ -195,7 +213,7 @@ def choices(rows: Sequence[dict[str, Any]], weights: dict[str, float] | None) ->
             out[row["question_id"]] = row["fallback_correct"]
             continue
         ordered = sorted(classes, key=lambda c: c["vote_rank"])
-        if weights is None:
+        if weights is None or not gated(ordered[0]["features"]["share"], max_share):
             best = ordered[0]
         else:
             best = max(ordered, key=lambda c: score(c["features"], weights))
@@ -213,10 +231,11 @@ def cmd_fit(args: argparse.Namespace) -> None:
         "l2": args.l2,
         "features": args.features.split(","),
         "questions": len(design(rows, sorted(weights))),
+        "max_share": args.max_share,
         "weights": weights,
     }
     out.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
-    train = choices(rows, weights)
+    train = choices(rows, weights, args.max_share)
     vote = choices(rows, None)
     print(f"fitted {len(weights)} weights on {payload['questions']} questions -> {out}")
     print(
@@ -227,6 +246,9 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
 def cmd_cv(args: argparse.Namespace) -> None:
     rows = load_classes(args.classes)
+    wanted = set(args.features.split(",")) if args.features else set()
+    if wanted - set(GROUPS) or (wanted and "vote" not in wanted):
+        raise SystemExit(f"--features: groups of {GROUPS}, the vote among them")
     vote = choices(rows, None)
     print(f"n={len(rows)} vote {100 * np.mean(list(vote.values())):.1f} (5 folds by database)")
     results = []
@@ -234,14 +256,20 @@ def cmd_cv(args: argparse.Namespace) -> None:
         for groups in itertools.combinations(GROUPS, r):
             if "vote" not in groups:
                 continue  # the vote's share is what every variant refines
+            if wanted and set(groups) != wanted:
+                continue
             for l2 in args.l2:
-                got = cross_validate(rows, l2, left_out(rows, groups))
-                cmp = paired(got, vote)
-                results.append((cmp.ex_a, ",".join(groups), l2, cmp))
-    for ex, groups, l2, cmp in sorted(results, key=lambda t: -t[0])[: args.top]:
+                by_gate = cross_validate(
+                    rows, l2, left_out(rows, groups), max_shares=args.max_share
+                )
+                for g, got in by_gate.items():
+                    cmp = paired(got, vote)
+                    results.append((cmp.ex_a, g, ",".join(groups), l2, cmp))
+    # best first; among equals the larger gate (it overturns the vote less often)
+    for ex, g, groups, l2, cmp in sorted(results, key=lambda t: (-t[0], -t[1]))[: args.top]:
         print(
-            f"  {groups:26s} l2={l2:<5g} {100 * ex:.1f}  vs vote {100 * cmp.delta:+.1f} "
-            f"p={cmp.p_value:.3g} ({cmp.only_a} vs {cmp.only_b})"
+            f"  {groups:26s} l2={l2:<5g} max_share={g:<5g} {100 * ex:.1f}  "
+            f"vs vote {100 * cmp.delta:+.1f} p={cmp.p_value:.3g} ({cmp.only_a} vs {cmp.only_b})"
         )
 
 
@@ -250,7 +278,8 @@ def cmd_replay(args: argparse.Namespace) -> None:
     weights = payload["weights"]
     for path in args.classes:
         rows = load_classes([path])
-        ranked, vote = choices(rows, weights), choices(rows, None)
+        ranked = choices(rows, weights, payload.get("max_share", 1.0))
+        vote = choices(rows, None)
         oracle = {r["question_id"]: r["oracle"] for r in rows}
         cmp = paired(ranked, vote)
         print(
@@ -276,12 +305,17 @@ def main() -> None:
     p.add_argument("classes", nargs="+")
     p.add_argument("--l2", type=float, default=1.0)
     p.add_argument("--features", default=",".join(GROUPS), help=f"groups of {GROUPS}")
+    p.add_argument("--max-share", type=float, default=1.0, help="the gate (1: none)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_fit)
-    p = sub.add_parser("cv", help="every feature-group set x l2, cross-validated by database")
+    p = sub.add_parser("cv", help="feature-group sets x l2 x gates, cross-validated by database")
     p.add_argument("classes", nargs="+")
     p.add_argument("--l2", type=float, nargs="+", default=[1.0, 3.0, 10.0, 30.0])
     p.add_argument("--top", type=int, default=10)
+    p.add_argument("--features", default="", help="only this group set (default: every one)")
+    p.add_argument(
+        "--max-share", type=float, nargs="+", default=[1.0], help="gates to try (1: no gate)"
+    )
     p.set_defaults(func=cmd_cv)
     p = sub.add_parser("replay", help="score weights against the vote on class files")
     p.add_argument("weights")

@@ -4,11 +4,15 @@ The vote counts how many candidates agree; it cannot see that the majority answe
 question. Where the 1.5B model's vote is wrong but some candidate is right, the two answers
 usually differ in a way the question names: "for each investor" and a query without
 ``GROUP BY``; "how many" and no ``COUNT``; "both" and no ``INTERSECT``; an ``IN (SELECT ...)``
-where Spider's gold joins and keeps the duplicate rows. :func:`class_features` turns each
-result class into numbers (its share of the vote, its result's shape, its SQL's shape, and those
-crossed with cues in the question); :class:`RankSelector` scores each class with weights fitted
-on ``spider-train-select`` (a conditional logit: one choice among a question's classes,
-``experiments/fit_reranker.py``) and picks the best, the vote's order breaking ties.
+where Spider's gold joins and keeps the duplicate rows; a value the question spells otherwise,
+a table it never names. :func:`class_features` turns each result class into numbers (its share
+of the vote, its result's shape, its SQL's shape, those crossed with cues in the question, and
+:func:`alignment` of the query's values and names with the question's words);
+:class:`RankSelector` scores each class with weights fitted on ``spider-train-select`` (a
+conditional logit: one choice among a question's classes, ``experiments/fit_reranker.py``) and
+picks the best, the vote's order breaking ties. A gate (``max_share``) can keep the vote
+wherever its top class holds more than that share; the packaged weights have none (their
+cross-validation chose none).
 
 No LM call; it needs every candidate (a class the vote counted out may still score best), so a
 sampler feeding it does not stop early (:func:`~sqlweave.programs.voting.settle_for` settles only
@@ -27,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from sqlglot import exp
 
+from sqlweave import sqlstruct
 from sqlweave.db import Database, QueryResult
 from sqlweave.programs.feedback import FEEDBACK_TIMEOUT_S
 from sqlweave.programs.voting import (
@@ -37,6 +43,7 @@ from sqlweave.programs.voting import (
     overturned,
     ranked_groups,
 )
+from sqlweave.schema_filter import stem, words
 
 #: The weights fitted on ``spider-train-select`` (``experiments/fit_reranker.py``).
 WEIGHTS_FILE = Path(__file__).with_name("reranker_weights.json")
@@ -133,6 +140,106 @@ _CROSSINGS: dict[str, tuple[str, ...]] = {
 }
 
 
+# --- how a query's names and values match the question's words --------------------------------
+
+_STOP = frozenset(
+    "a an the of in on at to for from by with and or is are was were be been what which who whom "
+    "whose how many much list show give find return tell me all each every their its his her "
+    "that this these those there than more less most least do does did has have had as per".split()
+)
+_WORD = re.compile(r"[a-z]+|\d+(?:\.\d+)?")
+_NUMBER_WORDS = {
+    "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
+    "eight": "8", "nine": "9", "ten": "10", "once": "1", "twice": "2", "single": "1",
+}  # fmt: skip
+
+
+def _name_words(identifier: str) -> set[str]:
+    """The words of a schema name: ``Student_Course_Registrations`` -> student, course, registration."""
+    return {stem(w) for w in words(identifier) if len(w) > 1}
+
+
+def _named(words: set[str], question_words: set[str]) -> bool:
+    """Does the question name one of these words (same stem, or one a >= 4-letter prefix)?"""
+    for w in words:
+        for q in question_words:
+            if w == q or (min(len(w), len(q)) >= 4 and (w.startswith(q) or q.startswith(w))):
+                return True
+    return False
+
+
+def _written(value: str, text: str) -> bool:
+    """``value`` stands in ``text`` as a whole (not 'F' inside "France")."""
+    return re.search(rf"(?<!\w){re.escape(value)}(?!\w)", text) is not None
+
+
+def alignment(question: str, sql: str) -> dict[str, float]:
+    """How a query's values, tables and columns match the question's words (``align_*``).
+
+    The vote cannot see that the majority compares ``Location`` with 'Female' the question never
+    wrote, spells 'YES' where the question's own value is 'Yes', or joins a table the question
+    never names; these count such things. No schema, no database: the query and the question."""
+    tree = sqlstruct.parse(sql)
+    if tree is None:
+        return {"align_unparsed": 1.0}
+    q_lower = question.lower()
+    q_words = {stem(w) for w in _WORD.findall(q_lower) if w not in _STOP}
+    q_numbers = set(re.findall(r"\d+(?:\.\d+)?", question)) | {
+        d for w, d in _NUMBER_WORDS.items() if re.search(rf"\b{w}\b", q_lower)
+    }
+    strings = [lit.this for lit in tree.find_all(exp.Literal) if lit.is_string]
+    strings = [s.strip("%") for s in strings if s.strip("%")]
+    numbers = [
+        lit.this
+        for lit in tree.find_all(exp.Literal)
+        if not lit.is_string
+        and not isinstance(lit.parent, exp.Limit)
+        and lit.this not in {"0", "1"}
+    ]
+    exact = sum(_written(s, question) for s in strings)
+    nocase = sum(not _written(s, question) and _written(s.lower(), q_lower) for s in strings)
+    tables = {t.name for t in tree.find_all(exp.Table) if t.name}
+    projected = [
+        c.name for sel in tree.find_all(exp.Select) for e in sel.expressions
+        for c in e.find_all(exp.Column) if c.name
+    ]  # fmt: skip
+    filtered = [
+        c.name for w in tree.find_all(exp.Where) for c in w.find_all(exp.Column) if c.name
+    ]  # fmt: skip
+    sql_words: set[str] = set()
+    for name in (
+        tables | set(projected) | set(filtered) | {c.name for c in tree.find_all(exp.Column)}
+    ):
+        sql_words |= _name_words(name)
+    for s in strings:
+        sql_words |= {stem(w) for w in _WORD.findall(s.lower())}
+    content = {w for w in q_words if not w.isdigit()}
+    n_strings = len(strings)
+    return {
+        "align_unparsed": 0.0,
+        "align_has_literal": float(n_strings > 0),
+        "align_literal_exact": exact / n_strings if n_strings else 0.0,
+        "align_literal_case": nocase / n_strings if n_strings else 0.0,
+        "align_literal_absent": (n_strings - exact - nocase) / n_strings if n_strings else 0.0,
+        "align_number_absent": float(sum(n not in q_numbers for n in numbers)),
+        "align_tables": float(len(tables)),
+        "align_tables_unnamed": float(sum(not _named(_name_words(t), q_words) for t in tables)),
+        "align_projected_unnamed": (
+            sum(not _named(_name_words(c), q_words) for c in projected) / len(projected)
+            if projected
+            else 0.0
+        ),
+        "align_filtered_unnamed": (
+            sum(not _named(_name_words(c), q_words) for c in filtered) / len(filtered)
+            if filtered
+            else 0.0
+        ),
+        "align_question_covered": (
+            sum(_named({w}, sql_words) for w in content) / len(content) if content else 0.0
+        ),
+    }
+
+
 # --- a result class as numbers ------------------------------------------------------------------
 
 
@@ -224,6 +331,9 @@ def class_features(
             / rest,
         }
         f.update({f"sql_{k}": v for k, v in shape.items()})
+        aligned = [alignment(question, candidates[m]) for m in g.members]
+        for k in sorted({k for a in aligned for k in a}):  # a fixed order: files regenerate alike
+            f[k] = sum(a.get(k, 0.0) for a in aligned) / len(aligned)
         for cue, answers in _CROSSINGS.items():
             sign = 1.0 if cues[cue] else -1.0
             for k in answers:
@@ -235,16 +345,30 @@ def class_features(
     return out
 
 
+def gated(top_share: float, max_share: float) -> bool:
+    """May the weights overturn a vote whose top class holds ``top_share`` of it?"""
+    return top_share <= max_share + 1e-9
+
+
 def score(features: Mapping[str, float], weights: Mapping[str, float]) -> float:
     """The linear score of one class (names missing from ``weights`` count 0)."""
     return sum(weights.get(name, 0.0) * value for name, value in features.items())
 
 
 @cache
+def _packaged() -> dict[str, Any]:
+    return json.loads(WEIGHTS_FILE.read_text(encoding="utf-8"))
+
+
 def default_weights() -> dict[str, float]:
     """The packaged weights (fitted on ``spider-train-select``)."""
-    payload = json.loads(WEIGHTS_FILE.read_text(encoding="utf-8"))
-    return {str(k): float(v) for k, v in payload["weights"].items()}
+    return {str(k): float(v) for k, v in _packaged()["weights"].items()}
+
+
+def default_max_share() -> float:
+    """The packaged gate: the weights may overturn a vote whose top class holds at most this
+    share of it (1.0: any vote; cross-validation on ``spider-train-select`` chose no gate)."""
+    return float(_packaged().get("max_share", 1.0))
 
 
 def rank(
@@ -268,16 +392,19 @@ class RankSelector(VoteSelector):
 
     Follows the selector protocol of :mod:`sqlweave.programs.stages`; no LM call. The vote runs
     first (its classes and order); the best-scoring class replaces its winner. ``weights``: a
-    mapping of feature name to weight (default: the packaged ones).
+    mapping of feature name to weight (default: the packaged ones). ``max_share``: overturn the
+    vote only when its top class holds at most this share of it (default: the packaged gate).
     """
 
     def __init__(
         self,
         weights: Mapping[str, float] | None = None,
         timeout_s: float = FEEDBACK_TIMEOUT_S,
+        max_share: float | None = None,
     ) -> None:
         super().__init__(timeout_s=timeout_s)
         self.weights = dict(weights) if weights is not None else None
+        self.max_share = max_share
 
     def forward(  # type: ignore[override]
         self,
@@ -291,6 +418,11 @@ class RankSelector(VoteSelector):
     ) -> dspy.Prediction:
         voted = super().forward(candidates, db, question, evidence, db_schema, weights)
         result: VoteResult = voted.vote
+        total = sum(g.weight for g in result.groups)
+        top = ranked_groups(result.groups)[0] if result.groups else None
+        gate = default_max_share() if self.max_share is None else self.max_share
+        if top is None or not gated(top.weight / (total or 1.0), gate):
+            return voted
         best = rank(question, list(candidates), result.groups, self.weights or default_weights())
         if best is None:
             return voted

@@ -65,8 +65,8 @@ def words(name: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(spaced)]
 
 
-def _stem(word: str) -> str:
-    # Light plural folding so "singers" meets "singer" and "countries" meets "country".
+def stem(word: str) -> str:
+    """Light plural folding, so "singers" meets "singer" and "countries" meets "country"."""
     if len(word) > 4 and word.endswith("ies"):
         return word[:-3] + "y"
     if len(word) > 3 and word.endswith("es") and word[-3] in "sxz":
@@ -77,7 +77,7 @@ def _stem(word: str) -> str:
 
 
 def _tokens(text: str) -> list[str]:
-    return [_stem(w) for w in words(text)]
+    return [stem(w) for w in words(text)]
 
 
 def table_document(table: Table) -> str:

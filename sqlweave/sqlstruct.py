@@ -126,6 +126,12 @@ def _parse(sql: str, dialect: str) -> exp.Expression | None:
     return next((s for s in statements if s is not None), None)
 
 
+def parse(sql: str, dialect: str = "sqlite") -> exp.Expression | None:
+    """The first statement of ``sql`` as a (shared, cached) sqlglot tree, or None if it does not
+    parse; Spider's double-quoted values read as strings. Do not mutate the tree: copy it first."""
+    return _parse(sql, dialect)
+
+
 @functools.lru_cache(maxsize=8)
 def _tokenizer_keywords(dialect: str) -> frozenset[str]:
     """Single-word keywords of the dialect's tokenizer (to tell keywords from names by regex)."""

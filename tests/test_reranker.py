@@ -87,6 +87,23 @@ def test_the_selector_returns_the_chosen_class_and_no_lm_call(concert: Database)
         selector(candidates=[], db=concert)
 
 
+def test_a_gate_keeps_a_vote_whose_top_class_holds_more_than_its_share(concert: Database) -> None:
+    """``max_share``: the weights overturn only a close vote (here the top class holds 2 of 3)."""
+    cands = [NAMES, NAMES, COUNTRIES]
+    question = "How many singers are there in each country?"
+    weights = {"each_x_group_by": 5.0}
+    kept = reranker.RankSelector(weights=weights, max_share=0.5)(
+        candidates=cands, db=concert, question=question
+    )
+    assert kept.sql == NAMES
+    overturned = reranker.RankSelector(weights=weights, max_share=0.7)(
+        candidates=cands, db=concert, question=question
+    )
+    assert overturned.sql == COUNTRIES
+    assert reranker.gated(0.5, 0.5) and not reranker.gated(0.51, 0.5)
+    assert 0 < reranker.default_max_share() <= 1
+
+
 def test_the_packaged_weights_name_only_features_the_selector_computes(concert: Database) -> None:
     weights = reranker.default_weights()
     cands = [NAMES, COUNT, COUNTRIES]
@@ -128,6 +145,8 @@ def test_fit_learns_a_feature_that_marks_the_right_class() -> None:
     assert weights["signal"] > 1.0
     assert all(fit_reranker.choices(rows, weights).values())
     assert sum(fit_reranker.choices(rows, None).values()) == 10  # the vote: right a third
+    # a gate below every top share (0.5) leaves each vote standing
+    assert fit_reranker.choices(rows, weights, max_share=0.4) == fit_reranker.choices(rows, None)
     json.dumps(weights)  # what `fit` writes
 
 
@@ -140,3 +159,38 @@ def test_a_sampler_feeding_it_draws_every_candidate() -> None:
     assert isinstance(ranked.selector, reranker.RankSelector)
     assert ranked.sampler.settle is False
     assert programs.get("direct", samples=4, selector="vote").sampler.settle is True
+
+
+def test_alignment_reads_values_tables_and_columns_against_the_question() -> None:
+    question = "How many female singers are from France, older than 30?"
+    verbatim = reranker.alignment(
+        question, "SELECT count(*) FROM singer WHERE Country = 'France' AND Age > 30"
+    )
+    assert verbatim["align_literal_exact"] == 1 and verbatim["align_literal_absent"] == 0
+    assert verbatim["align_number_absent"] == 0 and verbatim["align_tables_unnamed"] == 0
+    # a value the question spells otherwise, a number and a table it never wrote
+    other = reranker.alignment(
+        question,
+        "SELECT count(*) FROM singer JOIN concert ON singer.Singer_ID = concert.concert_ID "
+        "WHERE Country = 'FRANCE' AND Is_male = 'F' AND Age > 40",
+    )
+    assert other["align_literal_case"] == pytest.approx(0.5)
+    assert other["align_literal_absent"] == pytest.approx(0.5)
+    assert other["align_number_absent"] == 1 and other["align_tables_unnamed"] == 1
+    assert other["align_tables"] == 2
+    # Spider's double-quoted values are values; LIMIT 3 is not a number the question must write
+    quoted = reranker.alignment(
+        "Name the three youngest singers from France.",
+        'SELECT Name FROM singer WHERE Country = "France" ORDER BY Age LIMIT 3',
+    )
+    assert quoted["align_literal_exact"] == 1 and quoted["align_number_absent"] == 0
+    assert quoted["align_projected_unnamed"] == 0 and quoted["align_question_covered"] > 0.5
+    assert reranker.alignment("Anything?", "SELEC nothing FROM")["align_unparsed"] == 1
+
+
+def test_class_features_average_alignment_over_a_class(concert: Database) -> None:
+    cands = ["SELECT Name FROM singer WHERE Country = 'France'"] * 2 + [NAMES]
+    groups, _ = execution_groups(cands, concert)
+    feats = reranker.class_features("Which singers are from France?", cands, groups)
+    by_size = {len(g.members): f for g, f in zip(groups, feats, strict=True)}
+    assert by_size[2]["align_literal_exact"] == 1 and by_size[1]["align_has_literal"] == 0
