@@ -245,10 +245,10 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
 
 def cmd_cv(args: argparse.Namespace) -> None:
-    rows = load_classes(args.classes)
     wanted = set(args.features.split(",")) if args.features else set()
     if wanted - set(GROUPS) or (wanted and "vote" not in wanted):
         raise SystemExit(f"--features: groups of {GROUPS}, the vote among them")
+    rows = load_classes(args.classes)
     vote = choices(rows, None)
     print(f"n={len(rows)} vote {100 * np.mean(list(vote.values())):.1f} (5 folds by database)")
     results = []

@@ -150,6 +150,19 @@ def test_fit_learns_a_feature_that_marks_the_right_class() -> None:
     json.dumps(weights)  # what `fit` writes
 
 
+def test_cv_refuses_feature_groups_it_does_not_know() -> None:
+    """``cv --features`` names a set of groups (any order); a typo is an error, not an empty table."""
+    import argparse
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    import fit_reranker
+
+    for features in ("vote,algn", "result,align"):  # unknown; without the vote
+        args = argparse.Namespace(classes=["unread.jsonl"], features=features)
+        with pytest.raises(SystemExit, match="--features"):
+            fit_reranker.cmd_cv(args)
+
+
 def test_a_sampler_feeding_it_draws_every_candidate() -> None:
     """A settled vote stops sampling; the ranked selector may pick a class the vote counted out,
     so ``direct`` with it never stops early (the plain vote still does)."""
