@@ -159,9 +159,9 @@ def _name_words(identifier: str) -> set[str]:
     return {stem(w) for w in words(identifier) if len(w) > 1}
 
 
-def _named(words: set[str], question_words: set[str]) -> bool:
+def _named(names: set[str], question_words: set[str]) -> bool:
     """Does the question name one of these words (same stem, or one a >= 4-letter prefix)?"""
-    for w in words:
+    for w in names:
         for q in question_words:
             if w == q or (min(len(w), len(q)) >= 4 and (w.startswith(q) or q.startswith(w))):
                 return True
@@ -171,6 +171,10 @@ def _named(words: set[str], question_words: set[str]) -> bool:
 def _written(value: str, text: str) -> bool:
     """``value`` stands in ``text`` as a whole (not 'F' inside "France")."""
     return re.search(rf"(?<!\w){re.escape(value)}(?!\w)", text) is not None
+
+
+def _share(part: float, whole: int) -> float:
+    return part / whole if whole else 0.0
 
 
 def alignment(question: str, sql: str) -> dict[str, float]:
@@ -187,11 +191,11 @@ def alignment(question: str, sql: str) -> dict[str, float]:
     q_numbers = set(re.findall(r"\d+(?:\.\d+)?", question)) | {
         d for w, d in _NUMBER_WORDS.items() if re.search(rf"\b{w}\b", q_lower)
     }
-    strings = [lit.this for lit in tree.find_all(exp.Literal) if lit.is_string]
-    strings = [s.strip("%") for s in strings if s.strip("%")]
+    literals = list(tree.find_all(exp.Literal))
+    strings = [lit.this.strip("%") for lit in literals if lit.is_string and lit.this.strip("%")]
     numbers = [
         lit.this
-        for lit in tree.find_all(exp.Literal)
+        for lit in literals
         if not lit.is_string
         and not isinstance(lit.parent, exp.Limit)
         and lit.this not in {"0", "1"}
@@ -207,9 +211,7 @@ def alignment(question: str, sql: str) -> dict[str, float]:
         c.name for w in tree.find_all(exp.Where) for c in w.find_all(exp.Column) if c.name
     ]  # fmt: skip
     sql_words: set[str] = set()
-    for name in (
-        tables | set(projected) | set(filtered) | {c.name for c in tree.find_all(exp.Column)}
-    ):
+    for name in tables | {c.name for c in tree.find_all(exp.Column)}:  # projected, filtered too
         sql_words |= _name_words(name)
     for s in strings:
         sql_words |= {stem(w) for w in _WORD.findall(s.lower())}
@@ -218,24 +220,20 @@ def alignment(question: str, sql: str) -> dict[str, float]:
     return {
         "align_unparsed": 0.0,
         "align_has_literal": float(n_strings > 0),
-        "align_literal_exact": exact / n_strings if n_strings else 0.0,
-        "align_literal_case": nocase / n_strings if n_strings else 0.0,
-        "align_literal_absent": (n_strings - exact - nocase) / n_strings if n_strings else 0.0,
+        "align_literal_exact": _share(exact, n_strings),
+        "align_literal_case": _share(nocase, n_strings),
+        "align_literal_absent": _share(n_strings - exact - nocase, n_strings),
         "align_number_absent": float(sum(n not in q_numbers for n in numbers)),
         "align_tables": float(len(tables)),
         "align_tables_unnamed": float(sum(not _named(_name_words(t), q_words) for t in tables)),
-        "align_projected_unnamed": (
-            sum(not _named(_name_words(c), q_words) for c in projected) / len(projected)
-            if projected
-            else 0.0
+        "align_projected_unnamed": _share(
+            sum(not _named(_name_words(c), q_words) for c in projected), len(projected)
         ),
-        "align_filtered_unnamed": (
-            sum(not _named(_name_words(c), q_words) for c in filtered) / len(filtered)
-            if filtered
-            else 0.0
+        "align_filtered_unnamed": _share(
+            sum(not _named(_name_words(c), q_words) for c in filtered), len(filtered)
         ),
-        "align_question_covered": (
-            sum(_named({w}, sql_words) for w in content) / len(content) if content else 0.0
+        "align_question_covered": _share(
+            sum(_named({w}, sql_words) for w in content), len(content)
         ),
     }
 
@@ -296,6 +294,13 @@ def class_features(
     cols = [_n_cols(g.result) for g in groups]
     cells = [_cells(g.result) for g in groups]
     tokens = [_tokens(candidates[g.first]) for g in groups]
+    memo: dict[str, dict[str, float]] = {}  # a class's members often repeat one query
+
+    def aligned_by_sql(sql: str) -> dict[str, float]:
+        if sql not in memo:
+            memo[sql] = alignment(question, sql)
+        return memo[sql]
+
     out = []
     for i, (g, n_rows, n_cols) in enumerate(zip(groups, rows, cols, strict=True)):
         # How much the other classes' answers and queries share with this one (a soft vote,
@@ -331,7 +336,7 @@ def class_features(
             / rest,
         }
         f.update({f"sql_{k}": v for k, v in shape.items()})
-        aligned = [alignment(question, candidates[m]) for m in g.members]
+        aligned = [aligned_by_sql(candidates[m]) for m in g.members]
         for k in sorted({k for a in aligned for k in a}):  # a fixed order: files regenerate alike
             f[k] = sum(a.get(k, 0.0) for a in aligned) / len(aligned)
         for cue, answers in _CROSSINGS.items():
@@ -360,6 +365,7 @@ def _packaged() -> dict[str, Any]:
     return json.loads(WEIGHTS_FILE.read_text(encoding="utf-8"))
 
 
+@cache
 def default_weights() -> dict[str, float]:
     """The packaged weights (fitted on ``spider-train-select``)."""
     return {str(k): float(v) for k, v in _packaged()["weights"].items()}
@@ -377,14 +383,21 @@ def rank(
     groups: Sequence[ExecutionGroup],
     weights: Mapping[str, float],
     greedy: Sequence[bool] | None = None,
+    max_share: float = 1.0,
 ) -> ExecutionGroup | None:
-    """The best-scoring class (the vote's order breaks ties); None when there is none."""
+    """The best-scoring class (the vote's order breaks ties); None when there is none. Where
+    the vote's top class holds more than ``max_share`` of it (its ``share`` feature, as the
+    fitting script's replay reads it), the vote's top class."""
     if not groups:
         return None
-    feats = class_features(question, candidates, groups, greedy)
-    scored = {id(g): score(f, weights) for g, f in zip(groups, feats, strict=True)}
+    feats = {
+        id(g): f
+        for g, f in zip(groups, class_features(question, candidates, groups, greedy), strict=True)
+    }
     ordered = ranked_groups(groups)
-    return max(ordered, key=lambda g: scored[id(g)])  # max keeps the first of equal scores
+    if not gated(feats[id(ordered[0])]["share"], max_share):
+        return ordered[0]
+    return max(ordered, key=lambda g: score(feats[id(g)], weights))  # max keeps the first of ties
 
 
 class RankSelector(VoteSelector):
@@ -418,12 +431,13 @@ class RankSelector(VoteSelector):
     ) -> dspy.Prediction:
         voted = super().forward(candidates, db, question, evidence, db_schema, weights)
         result: VoteResult = voted.vote
-        total = sum(g.weight for g in result.groups)
-        top = ranked_groups(result.groups)[0] if result.groups else None
-        gate = default_max_share() if self.max_share is None else self.max_share
-        if top is None or not gated(top.weight / (total or 1.0), gate):
-            return voted
-        best = rank(question, list(candidates), result.groups, self.weights or default_weights())
+        best = rank(
+            question,
+            list(candidates),
+            result.groups,
+            self.weights or default_weights(),
+            max_share=default_max_share() if self.max_share is None else self.max_share,
+        )
         if best is None:
             return voted
         return overturned(candidates, result, best)
