@@ -131,11 +131,16 @@ def group_of(name: str) -> str:
     return "result"
 
 
-def left_out(rows: Sequence[dict[str, Any]], groups: Sequence[str]) -> list[str]:
-    """The feature names of ``rows`` outside ``groups``."""
+def check_groups(groups: Sequence[str]) -> None:
+    """Stop on a feature group :data:`GROUPS` does not hold (a typo would select nothing)."""
     unknown = set(groups) - set(GROUPS)
     if unknown:
-        raise SystemExit(f"unknown feature group(s) {sorted(unknown)}; choose from {GROUPS}")
+        raise SystemExit(f"--features: unknown group(s) {sorted(unknown)}; choose from {GROUPS}")
+
+
+def left_out(rows: Sequence[dict[str, Any]], groups: Sequence[str]) -> list[str]:
+    """The feature names of ``rows`` outside ``groups``."""
+    check_groups(groups)
     names = {n for row in rows for c in row["classes"] for n in c["features"]}
     return sorted(n for n in names if group_of(n) not in groups)
 
@@ -246,8 +251,9 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
 def cmd_cv(args: argparse.Namespace) -> None:
     wanted = set(args.features.split(",")) if args.features else set()
-    if wanted - set(GROUPS) or (wanted and "vote" not in wanted):
-        raise SystemExit(f"--features: groups of {GROUPS}, the vote among them")
+    check_groups(wanted)
+    if wanted and "vote" not in wanted:
+        raise SystemExit("--features: the vote is among the groups every variant refines")
     rows = load_classes(args.classes)
     vote = choices(rows, None)
     print(f"n={len(rows)} vote {100 * np.mean(list(vote.values())):.1f} (5 folds by database)")
