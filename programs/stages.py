@@ -35,7 +35,9 @@ selector      ``first``; ``vote`` (PET-SQL's execution-majority vote); ``lm`` (R
 corrector     ``none``; ``execution`` (Dubo-SQL / RSL-SQL: fix while the SQL fails or returns
               nothing); ``rules`` (MageSQL's rule-based correction, no LM call); ``mage``
               (MageSQL's rules, then its guideline prompt on predicted-hard cases);
-              ``joins`` (the joins a column of an unjoined table needs, no LM call)
+              ``joins`` (the joins a column of an unjoined table needs, no LM call);
+              ``rules_intersect`` (MageSQL's rules, then "both X and Y" written as an
+              INTERSECT where the answer reads it as ``IN (X, Y)``, no LM call)
 ============  ===============================================================================
 
 The other stages are shared classes rather than roles with alternatives: schema context
@@ -105,6 +107,7 @@ STAGES: dict[str, Registry] = {
             "rules": "sqlweave.programs.correction:RuleCorrector",
             "mage": "sqlweave.programs.mage:MageCorrector",
             "joins": "sqlweave.programs.joins:JoinCorrector",
+            "rules_intersect": "sqlweave.programs.setops:IntersectCorrector",
         },
         base=dspy.Module,
     ),
