@@ -398,11 +398,13 @@ class Sampler(dspy.Module):
         early_stop = None if tally is None else self._early_stop(tally, candidates, n)
         with batched_samples(
             samples, temperature=self.temperature, greedy=greedy, early_stop=early_stop
-        ):
+        ) as block:
             for i in range(n):
                 if tally is not None and candidates and tally.settled(candidates, n - i):
                     logger.debug("sampler: the vote is settled after %d of %d", i, n)
                     break
+                if block is not None:  # the rollout a batch opened here would start at
+                    block.rollout = i
                 candidates.append(self._rollout(lm_of(i), db, inputs))
         return Candidates(candidates, None if tally is None else tally.outcomes)
 

@@ -203,13 +203,16 @@ def complete(
     temp: float = 0.8,
     sample_temp: float | None = None,
     settle: Any = None,
+    seed_offset: int = 0,
 ) -> tuple[Completion, list[SeqResult], CallStats]:
     """One completion (sampled unless ``temp`` is 0) as the engine makes it: settings, a batch
     plan as ``create_completion`` fills it, then the completion read off ``generate`` as
     ``_create_completion`` reads it (``ask_more``: a reader that stops that much later)."""
     llama.begin_call(lookup_tokens=0, keep_prompt=keep, prompt_cache_bytes=10**6)
     if batch:
-        llama.arm_batch(batch, sample_temperature=sample_temp, settle=settle)
+        llama.arm_batch(
+            batch, sample_temperature=sample_temp, settle=settle, seed_offset=seed_offset
+        )
         plan = llama._batch_plan
         if plan is not None:  # as create_completion fills it
             plan.stop, plan.max_tokens, plan.captured = list(stop), max_tokens, True
@@ -276,6 +279,27 @@ def test_batched_samples_are_the_samples_of_ordinary_calls(stop: tuple[str, ...]
     assert stats.batch_tokens == sum(len(f) for f in fed) >= sum(steps)
     assert stats.decode_steps == stats.eval_tokens == llama.n_tokens - len(PROMPT)
     assert_only_sequence_zero(llama)
+
+
+def test_a_batch_opened_by_a_later_rollout_draws_that_rollouts_seeds() -> None:
+    # Rollouts 0-7 came from DSPy's cache; rollout 8 opens the batch. Its sequences must be
+    # rollouts 8, 9, ... (seeds base + 8 + j), not again the samples of rollouts 1, 2, ...
+    llama = ToyLlama()
+    first, extra, _ = complete(llama, PROMPT, seed=100, batch=4, seed_offset=8, max_tokens=20)
+    expected = [reference(PROMPT, 108 + j, max_tokens=20) for j in range(4)]
+    assert same_completion(first, expected[0])
+    for result in extra:
+        assert same(result, expected[result.index]), result.index
+    earlier = [reference(PROMPT, 100 + j, max_tokens=20) for j in range(1, 4)]
+    assert {bytes(r.text) for r in extra} != {bytes(e.text) for e in earlier}
+
+
+def same_completion(got: Completion, expected: Completion) -> bool:
+    return (got.tokens, got.text, got.finish_reason) == (
+        expected.tokens,
+        expected.text,
+        expected.finish_reason,
+    )
 
 
 def test_stop_strings_and_max_tokens_end_each_sequence_where_an_ordinary_call_would() -> None:
@@ -398,6 +422,7 @@ class BatchingLlama:
         self.armed: list[int] = []
         self.sample_temperatures: list[float | None] = []
         self.settles: list[Any] = []
+        self.seed_offsets: list[int] = []
         self.cancel = 0  # sequences the next armed batch reports as given up
         self._k = 0
         self.call_stats = CallStats()
@@ -409,9 +434,14 @@ class BatchingLlama:
         self.kept.append(options.get("keep_prompt"))
 
     def arm_batch(
-        self, k: int, sample_temperature: float | None = None, settle: Any = None
+        self,
+        k: int,
+        sample_temperature: float | None = None,
+        settle: Any = None,
+        seed_offset: int = 0,
     ) -> None:
         self._k = k
+        self.seed_offsets.append(seed_offset)
         self.armed.append(k)
         self.sample_temperatures.append(sample_temperature)
         self.settles.append(settle)
@@ -598,6 +628,17 @@ def test_blocks_nest_and_threads_do_not_share_them(fake) -> None:
             assert engine.complete(_request(spec)).text == "SELECT 0"  # the inner block's batch
         assert engine.complete(_request(spec)).text == "SELECT 1"  # the outer's again
     assert seen == ["SELECT 0"] and llama.armed == [3, 2]
+
+
+def test_the_batch_is_seeded_from_the_rollout_that_opens_it(fake) -> None:
+    spec, llama = fake
+    engine = LlamaCppEngine(spec)
+    with batched_samples(4) as batch:
+        batch.rollout = 5  # as the Sampler sets it: rollouts 0-4 were cache hits
+        engine.complete(_request(spec))
+    with batched_samples(2, temperature=0.7, greedy=True):
+        engine.complete(_request(spec, temperature=0.0))  # a cold greedy rollout hosts it
+    assert llama.seed_offsets == [5, 0]
 
 
 def test_stash_keys_leave_out_the_seed_only() -> None:

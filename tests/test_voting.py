@@ -372,3 +372,19 @@ def test_pet_draws_its_finsqls_and_samples_through_the_sampler(db, monkeypatch) 
     assert rollouts == [(1, 0.5), (2, 0.5)]
     assert pred.sources == ["finsql[0]", "sample[1]", "sample[2]", "presql"]
     assert pred.candidates == [N_STADIUMS, N_SINGERS_2, BROKEN, N_SINGERS]
+
+
+def test_the_sampler_tells_its_batch_which_rollout_comes_next(db, monkeypatch) -> None:
+    # A batch opened after DSPy's cache answered the first rollouts seeds its samples from
+    # the rollout that opens it (the engine reads ``rollout``), so they are fresh draws.
+    from sqlweave.lm.batch import current_batch
+
+    seen: list[int] = []
+
+    def rollout(self, lm, database, inputs):  # noqa: ANN001, ANN202 - Sampler._rollout's
+        seen.append(current_batch().rollout)
+        return N_SINGERS
+
+    monkeypatch.setattr(Sampler, "_rollout", rollout)
+    Sampler(dspy.Predict("question -> sql"), n=4, temperature=0.7)(db=db, question="q")
+    assert seen == [0, 1, 2, 3]

@@ -104,6 +104,9 @@ class SampleBatch:
         self.temperature = None if temperature is None else float(temperature)
         self.greedy = greedy
         self.early_stop = early_stop
+        #: The rollout index of the next call (set by the Sampler before each rollout): the
+        #: call that makes the batch seeds its sequences from it (``arm_batch(seed_offset=)``).
+        self.rollout = 0
         self.cancelled = 0
         self.spent = False
         self.decoded = 0

@@ -95,6 +95,7 @@ class DecodingLlama:
         *,
         sample_temperature: float | None = None,
         settle: Callable[[list[bytes | None]], bool] | None = None,
+        seed_offset: int = 0,
     ) -> None:
         """Decode ``k`` sequences of the next completion's prompt together (at most
         ``n_seq_max``); :meth:`take_batch` then returns the sequences after the first. Call
@@ -107,11 +108,19 @@ class DecodingLlama:
 
         ``settle`` is asked, each step in which a sequence finishes, whether the rest are still
         wanted: it gets every sequence's text so far (None while decoding) and returns True to
-        give up those after the first that are still decoding."""
+        give up those after the first that are still decoding.
+
+        ``seed_offset``: the rollout index of the completion itself; sequence ``j`` is seeded
+        ``seed + seed_offset + j``, so a batch opened by rollout 8 draws rollouts 8, 9, …, not
+        again the samples a batch opened by rollout 0 drew (:attr:`BatchPlan.seed_offset`)."""
         k = min(k, self.n_seq_max)
         if sample_temperature is not None and sample_temperature <= 0:
             raise ValueError(f"sample_temperature must be > 0, not {sample_temperature!r}")
-        self._batch_plan = BatchPlan(k, sample_temperature, settle) if k > 1 else None
+        self._batch_plan = (
+            BatchPlan(k, sample_temperature, settle, seed_offset=max(0, int(seed_offset)))
+            if k > 1
+            else None
+        )
 
     def take_batch(self) -> list[SeqResult]:
         """The extra samples of the completion just made (empty when it was not batched), and
@@ -217,13 +226,18 @@ class DecodingLlama:
         self.eval(tokens[reuse:])
         self._in_prompt = False
 
+        # Sequence j is rollout seed_offset + j: seeded past the rollouts before the batch.
+        # With no offset, sequence 0 keeps the call's own seed exactly (upstream's default
+        # seed there means "random"), as an ordinary call would.
         base_seed = int(self._seed)
         seqs = [
             DecodingSequence(
                 j,
                 Completion(self, tokens, stop_bytes, max_tokens),
                 self._sequence_sampler(
-                    base_seed if j == 0 else (base_seed + j) % 2**32,
+                    base_seed
+                    if j + plan.seed_offset == 0
+                    else (base_seed + plan.seed_offset + j) % 2**32,
                     sampling if j == 0 else samples,
                 ),
             )

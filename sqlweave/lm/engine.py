@@ -215,10 +215,16 @@ class LlamaCppEngine:
                 )
             prefill = prefill_of(messages)
             settle = _settle_on(batch.early_stop, prefill) if batched else None  # type: ignore[union-attr]
-            if batched and hosting:
-                arm(batch.k + 1, sample_temperature=batch.temperature, settle=settle)  # type: ignore[union-attr]
-            elif batched:
-                arm(batch.k, settle=settle)  # type: ignore[union-attr]
+            if batched:
+                # Seeded from the rollout that opens the batch: after cache hits it is a later
+                # rollout, whose samples must not repeat the seeds of the ones before it.
+                k = batch.k + 1 if hosting else batch.k  # type: ignore[union-attr]
+                arm(
+                    k,
+                    sample_temperature=batch.temperature if hosting else None,  # type: ignore[union-attr]
+                    settle=settle,
+                    seed_offset=batch.rollout,  # type: ignore[union-attr]
+                )
             try:
                 if prefill is not None:
                     raw = continue_assistant(loaded.llama, messages, dict(options))

@@ -89,6 +89,10 @@ class BatchPlan:
     settle: Callable[[list[bytes | None]], bool] | None = None
     """Called when sequences finish, with each sequence's text (None while it decodes); True
     gives up the sequences after the first that are still decoding (see :class:`SampleBatch`)."""
+    seed_offset: int = 0
+    """Sequence ``j`` samples with seed ``base + seed_offset + j`` (``base``: the call's seed):
+    the rollout index of sequence 0, so a batch opened by a later rollout (the earlier ones
+    answered by DSPy's cache) draws the seeds of its own rollouts, not those of the first."""
     stop: Any = None
     max_tokens: int | None = 16
     captured: bool = False
