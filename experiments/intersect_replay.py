@@ -39,10 +39,10 @@ def replay(records: list[dict[str, Any]], examples: dict[str, Any]) -> dict[str,
         sql = record.get("pred_sql") or ""
         before[qid] = bool(record.get("correct"))
         after[qid] = before[qid]
-        rewritten = both_as_intersect(sql, example.question)
+        judge = Judge(example)
+        rewritten = both_as_intersect(sql, example.question, judge.db.dialect)
         if rewritten is None:
             continue
-        judge = Judge(example)
         rows = judge.db.try_execute(rewritten, timeout_s=judge.timeout_s)
         if isinstance(rows, ExecutionError) or not rows:
             continue

@@ -14,7 +14,7 @@ HAVING COUNT(DISTINCT col) = 2`` already says "both", and SQLite takes no ORDER 
 compound's arm), as is a list under an ``OR`` or a ``NOT``. :class:`IntersectCorrector` (the
 ``rules_intersect`` corrector) runs MageSQL's rules, then the rewrite, and keeps it only if it
 runs and returns a row: "the ages of both Alice and Bob" asks for a list, and its INTERSECT
-would come back empty.
+usually comes back empty (not when the two share an age: a known miss of the check).
 """
 
 from __future__ import annotations
@@ -56,10 +56,22 @@ def _two_literal_list(node: exp.Expression) -> bool:
 
 
 def _rewritable(select: exp.Select) -> exp.In | None:
-    """The two-value list among ``select``'s WHERE conjuncts, if ``select`` may be split."""
+    """The two-value list among ``select``'s WHERE conjuncts, if ``select`` may be split.
+
+    Not an arm of a compound that has a UNION or EXCEPT in it (SQLite chains compound operators
+    left to right, so an INTERSECT put into such an arm would apply to the whole chain before
+    it); an arm of INTERSECTs alone may be split, intersection being associative. Nor a SELECT
+    with its own WITH (each arm would repeat it, which SQLite rejects)."""
     where = select.args.get("where")
-    if where is None or any(select.args.get(k) for k in ("group", "order", "limit", "having")):
+    if where is None or any(
+        select.args.get(k) for k in ("group", "order", "limit", "having", "with", "with_")
+    ):
         return None
+    node = select.parent
+    while isinstance(node, exp.SetOperation):
+        if not isinstance(node, exp.Intersect):
+            return None
+        node = node.parent
     hits = [c for c in _conjuncts(where.this) if _two_literal_list(c)]
     return hits[0] if len(hits) == 1 else None
 
@@ -67,7 +79,9 @@ def _rewritable(select: exp.Select) -> exp.In | None:
 def _arm(select: exp.Select, target: exp.In, value: exp.Expression) -> exp.Select:
     """A copy of ``select`` with ``target`` (found by position) replaced by ``col = value``."""
     arm = select.copy()
-    path = [n for n in select.find_all(exp.In)].index(target)
+    # By identity: sqlglot nodes compare by content, and the same list may also stand in the
+    # SELECT list (``x IN ('p', 'q') AS f``), where it must stay.
+    path = next(i for i, node in enumerate(select.find_all(exp.In)) if node is target)
     twin = list(arm.find_all(exp.In))[path]
     twin.replace(exp.EQ(this=twin.this.copy(), expression=value.copy()))
     return arm

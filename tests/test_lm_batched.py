@@ -638,7 +638,10 @@ def test_the_batch_is_seeded_from_the_rollout_that_opens_it(fake) -> None:
         engine.complete(_request(spec))
     with batched_samples(2, temperature=0.7, greedy=True):
         engine.complete(_request(spec, temperature=0.0))  # a cold greedy rollout hosts it
-    assert llama.seed_offsets == [5, 0]
+    with batched_samples(4) as batch:
+        batch.rollout = 5  # an LM with a seed: sample_lm gave rollout 5 the seed S + 5 already
+        engine.complete(_request(spec, seed=105))
+    assert llama.seed_offsets == [5, 0, 0]
 
 
 def test_stash_keys_leave_out_the_seed_only() -> None:

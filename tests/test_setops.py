@@ -34,6 +34,22 @@ def test_a_subquery_is_split_inside_its_parentheses() -> None:
     )
 
 
+def test_an_arm_of_an_intersect_is_split_intersection_being_associative() -> None:
+    sql = "SELECT c FROM t WHERE y IN (1, 2) INTERSECT SELECT c FROM t WHERE y IN (1, 2)"
+    assert both_as_intersect(sql, "c in both 1 and 2?") == (
+        "SELECT c FROM t WHERE y = 1 INTERSECT SELECT c FROM t WHERE y = 2 "
+        "INTERSECT SELECT c FROM t WHERE y IN (1, 2)"
+    )
+
+
+def test_the_list_in_the_where_is_split_not_its_twin_in_the_select_list() -> None:
+    sql = "SELECT x IN ('p', 'q') AS f, a FROM t WHERE y = 1 AND x IN ('p', 'q')"
+    assert both_as_intersect(sql, "a with both p and q?") == (
+        "SELECT x IN ('p', 'q') AS f, a FROM t WHERE y = 1 AND x = 'p' "
+        "INTERSECT SELECT x IN ('p', 'q') AS f, a FROM t WHERE y = 1 AND x = 'q'"
+    )
+
+
 @pytest.mark.parametrize(
     ("sql", "question"),
     [
@@ -46,6 +62,10 @@ def test_a_subquery_is_split_inside_its_parentheses() -> None:
         ("SELECT c FROM t WHERE y IN (SELECT y FROM u)", "c in both years?"),
         ("SELECT c FROM t WHERE y IN (1, 2) AND z IN (3, 4)", "c in both 1 and 2?"),  # which one?
         ("SELEC c FRM t", "both?"),
+        # an arm of a compound: an INTERSECT there would apply to the UNION before it
+        ("SELECT c FROM t UNION SELECT c FROM u WHERE y IN (1, 2)", "c in both 1 and 2?"),
+        ("SELECT c FROM t WHERE y IN (1, 2) EXCEPT SELECT c FROM u", "c in both 1 and 2?"),
+        ("WITH w AS (SELECT 1) SELECT c FROM t WHERE y IN (1, 2)", "c in both 1 and 2?"),
     ],
 )
 def test_what_does_not_read_both_as_either_is_left_alone(sql: str, question: str) -> None:

@@ -110,8 +110,9 @@ class DecodingLlama:
         wanted: it gets every sequence's text so far (None while decoding) and returns True to
         give up those after the first that are still decoding.
 
-        ``seed_offset``: the rollout index of the completion itself; sequence ``j`` is seeded
-        ``seed + seed_offset + j``, so a batch opened by rollout 8 draws rollouts 8, 9, …, not
+        ``seed_offset``: how far the completion's own seed is from its rollout's; sequence ``j``
+        is seeded ``seed + seed_offset + j``. The engine passes the rollout index for a call
+        with no seed of its own, so a batch opened by rollout 8 draws rollouts 8, 9, …, not
         again the samples a batch opened by rollout 0 drew (:attr:`BatchPlan.seed_offset`)."""
         k = min(k, self.n_seq_max)
         if sample_temperature is not None and sample_temperature <= 0:

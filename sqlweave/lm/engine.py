@@ -217,13 +217,15 @@ class LlamaCppEngine:
             settle = _settle_on(batch.early_stop, prefill) if batched else None  # type: ignore[union-attr]
             if batched:
                 # Seeded from the rollout that opens the batch: after cache hits it is a later
-                # rollout, whose samples must not repeat the seeds of the ones before it.
+                # rollout, whose samples must not repeat the seeds of the ones before it. A call
+                # with its own seed already carries its rollout's (sample_lm: seed + i).
+                offset = 0 if "seed" in options else batch.rollout  # type: ignore[union-attr]
                 k = batch.k + 1 if hosting else batch.k  # type: ignore[union-attr]
                 arm(
                     k,
                     sample_temperature=batch.temperature if hosting else None,  # type: ignore[union-attr]
                     settle=settle,
-                    seed_offset=batch.rollout,  # type: ignore[union-attr]
+                    seed_offset=offset,
                 )
             try:
                 if prefill is not None:

@@ -92,7 +92,11 @@ class BatchPlan:
     seed_offset: int = 0
     """Sequence ``j`` samples with seed ``base + seed_offset + j`` (``base``: the call's seed):
     the rollout index of sequence 0, so a batch opened by a later rollout (the earlier ones
-    answered by DSPy's cache) draws the seeds of its own rollouts, not those of the first."""
+    answered by DSPy's cache) draws the seeds of its own rollouts, not those of the first. The
+    engine passes 0 for a call with its own seed, which already holds its rollout's. After an
+    early stop the finished samples move up the queue (:class:`SampleBatch`), so a rollout
+    answered from a batch may hold a later sequence's seed; a batch opened afterwards can then
+    repeat one sample."""
     stop: Any = None
     max_tokens: int | None = 16
     captured: bool = False
