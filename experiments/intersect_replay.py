@@ -20,9 +20,8 @@ from typing import Any
 from selection_replay import Judge
 
 from sqlweave.data import load_slice
-from sqlweave.db import ExecutionError
 from sqlweave.evaluate import read_records
-from sqlweave.programs.setops import both_as_intersect
+from sqlweave.programs.setops import BOTH, checked_rewrite
 from sqlweave.stats import bootstrap_ci, paired
 
 
@@ -39,12 +38,11 @@ def replay(records: list[dict[str, Any]], examples: dict[str, Any]) -> dict[str,
         sql = record.get("pred_sql") or ""
         before[qid] = bool(record.get("correct"))
         after[qid] = before[qid]
+        if not BOTH.search(example.question):
+            continue  # most questions: no database to open
         judge = Judge(example)
-        rewritten = both_as_intersect(sql, example.question, judge.db.dialect)
+        rewritten = checked_rewrite(sql, example.question, judge.db, judge.timeout_s)
         if rewritten is None:
-            continue
-        rows = judge.db.try_execute(rewritten, timeout_s=judge.timeout_s)
-        if isinstance(rows, ExecutionError) or not rows:
             continue
         after[qid] = judge.correct(rewritten)
         changed.append(

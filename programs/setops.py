@@ -28,6 +28,7 @@ from sqlglot import exp
 
 from sqlweave.db import Database, ExecutionError
 from sqlweave.programs.base import resolve_database
+from sqlweave.programs.correction import RuleCorrector
 from sqlweave.sqlstruct import parse
 
 #: The question's cue, as a whole word.
@@ -64,7 +65,7 @@ def _rewritable(select: exp.Select) -> exp.In | None:
     with its own WITH (each arm would repeat it, which SQLite rejects)."""
     where = select.args.get("where")
     if where is None or any(
-        select.args.get(k) for k in ("group", "order", "limit", "having", "with", "with_")
+        select.args.get(k) for k in ("group", "order", "limit", "having", "with_")
     ):
         return None
     node = select.parent
@@ -76,13 +77,10 @@ def _rewritable(select: exp.Select) -> exp.In | None:
     return hits[0] if len(hits) == 1 else None
 
 
-def _arm(select: exp.Select, target: exp.In, value: exp.Expression) -> exp.Select:
-    """A copy of ``select`` with ``target`` (found by position) replaced by ``col = value``."""
+def _arm(select: exp.Select, position: int, value: exp.Expression) -> exp.Select:
+    """A copy of ``select`` whose ``position``-th IN (in ``find_all`` order) is ``col = value``."""
     arm = select.copy()
-    # By identity: sqlglot nodes compare by content, and the same list may also stand in the
-    # SELECT list (``x IN ('p', 'q') AS f``), where it must stay.
-    path = next(i for i, node in enumerate(select.find_all(exp.In)) if node is target)
-    twin = list(arm.find_all(exp.In))[path]
+    twin = list(arm.find_all(exp.In))[position]
     twin.replace(exp.EQ(this=twin.this.copy(), expression=value.copy()))
     return arm
 
@@ -103,10 +101,14 @@ def both_as_intersect(sql: str, question: str, dialect: str = "sqlite") -> str |
         target = _rewritable(select)
         if target is None:
             continue
+        # Found in the copies by position, the target's by identity: sqlglot nodes compare
+        # by content, and the same list may also stand in the SELECT list
+        # (``x IN ('p', 'q') AS f``), where it must stay.
+        position = next(i for i, node in enumerate(select.find_all(exp.In)) if node is target)
         first, second = target.expressions
         both = exp.Intersect(
-            this=_arm(select, target, first),
-            expression=_arm(select, target, second),
+            this=_arm(select, position, first),
+            expression=_arm(select, position, second),
             distinct=True,
         )
         if select is tree:
@@ -116,26 +118,32 @@ def both_as_intersect(sql: str, question: str, dialect: str = "sqlite") -> str |
     return None
 
 
+def checked_rewrite(sql: str, question: str, db: Database, timeout_s: float = 10.0) -> str | None:
+    """:func:`both_as_intersect` on ``db``'s dialect, kept only if it runs and returns a row
+    (what the corrector applies; ``experiments/intersect_replay.py`` replays it)."""
+    rewritten = both_as_intersect(sql, question, db.dialect)
+    if rewritten is None:
+        return None
+    rows = db.try_execute(rewritten, timeout_s=timeout_s)
+    return None if isinstance(rows, ExecutionError) or not rows else rewritten
+
+
 class IntersectCorrector(dspy.Module):
-    """The ``rules_intersect`` corrector: MageSQL's rules, then :func:`both_as_intersect`, kept
-    only if the rewrite runs and returns at least one row. No LM call."""
+    """The ``rules_intersect`` corrector: MageSQL's rules, then :func:`checked_rewrite`. No LM
+    call."""
 
     def __init__(self, timeout_s: float = 10.0) -> None:
         super().__init__()
         self.timeout_s = timeout_s
+        self.rules = RuleCorrector()
 
     def forward(
         self, sql: str, db: Database | str | Path, question: str = "", **_: Any
     ) -> dspy.Prediction:
-        from sqlweave.programs.correction import RuleCorrector
-
         database = resolve_database(db)
-        ruled = RuleCorrector()(sql=sql, db=database, question=question)
-        rewritten = both_as_intersect(ruled.sql, question, database.dialect)
+        ruled = self.rules(sql=sql, db=database, question=question)
+        rewritten = checked_rewrite(ruled.sql, question, database, self.timeout_s)
         if rewritten is None:
-            return ruled
-        rows = database.try_execute(rewritten, timeout_s=self.timeout_s)
-        if isinstance(rows, ExecutionError) or not rows:
             return ruled
         step = {"sql": ruled.sql, "feedback": 'intersect: "both" read as each value'}
         return dspy.Prediction(
@@ -146,4 +154,4 @@ class IntersectCorrector(dspy.Module):
         )
 
 
-__all__ = ["BOTH", "IntersectCorrector", "both_as_intersect"]
+__all__ = ["BOTH", "IntersectCorrector", "both_as_intersect", "checked_rewrite"]
