@@ -156,6 +156,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {}
     if args.n_threads:
         options["n_threads"] = args.n_threads
+    if getattr(args, "no_cache", False):
+        options["cache"] = False  # every call asked of the model: cold figures, fresh samples
     configure(args.model, **options)
     prog = artifact[0] if artifact is not None else programs.get(args.program, **switches)
     started = time.perf_counter()
@@ -176,6 +178,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     fresh = {
         "n_threads": args.n_threads,
+        "response_cache": not getattr(args, "no_cache", False),
         "wall_seconds_this_invocation": round(wall, 1),
         "commit": _commit(),
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -188,6 +191,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 PROVENANCE = ("n_threads", "wall_seconds_this_invocation", "commit", "finished")
 """What a summary says of the invocation that made its records."""
+LATER_PROVENANCE = ("response_cache",)
+"""Provenance fields newer than the summaries of older runs: carried when there, never required."""
 
 
 def provenance(old: dict[str, Any] | None, *, ran_nothing: bool, fresh: dict[str, Any]) -> dict:
@@ -196,7 +201,7 @@ def provenance(old: dict[str, Any] | None, *, ran_nothing: bool, fresh: dict[str
     run) made nothing: stamping it with its own commit, threads and 0.1 s would erase which
     code and settings did make the records."""
     if ran_nothing and old and all(key in old for key in PROVENANCE):
-        return {key: old[key] for key in PROVENANCE}
+        return {key: old[key] for key in (*PROVENANCE, *LATER_PROVENANCE) if key in old}
     return fresh
 
 
@@ -292,7 +297,8 @@ def table() -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (a function, so tests read what a flag sets)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--program", default="naive")
     parser.add_argument("--config", default="", help="a label for these switches in file names")
@@ -301,12 +307,22 @@ def main() -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--n-threads", type=int, default=None, help="llama.cpp threads")
     parser.add_argument("--limit", type=int, default=0, help="first N questions only (iterate)")
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="ask the model every time (DSPy's response cache off): cold timings, and samples "
+        "no earlier run's cache can answer",
+    )
     parser.add_argument("--artifact", default="", help="a compiled program's file to evaluate")
     parser.add_argument("--table", action="store_true", help="write results/protocol/README.md")
     parser.add_argument(
         "--rescore", action="store_true", help="re-score every run here with the current metrics"
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.rescore:
         runs = sorted(RESULTS.glob("*.jsonl"))

@@ -164,3 +164,35 @@ def test_a_resume_that_ran_nothing_keeps_the_provenance_of_the_run_that_did(prot
     assert protocol.provenance(old, ran_nothing=False, fresh=fresh) == fresh
     assert protocol.provenance(None, ran_nothing=True, fresh=fresh) == fresh
     assert protocol.provenance(_summary("naive", 0.5, None), ran_nothing=True, fresh=fresh) == fresh
+
+
+def test_a_cold_run_says_so_and_a_resume_keeps_it(protocol):
+    """``--no-cache`` runs are marked ``response_cache: false``; a no-op resume keeps the mark,
+    and a summary older than the field keeps its other provenance (the field is not required)."""
+    made = {"n_threads": 2, "wall_seconds_this_invocation": 2100.0, "commit": "abc1234"}
+    made |= {"finished": "2026-11-27T09:00:00+00:00", "response_cache": False}
+    fresh = {"n_threads": 2, "wall_seconds_this_invocation": 0.1, "commit": "def5678"}
+    fresh |= {"finished": "2026-11-27T10:00:00+00:00", "response_cache": True}
+    old = {**_summary("direct", 0.8, None), **made}
+    assert protocol.provenance(old, ran_nothing=True, fresh=fresh) == made
+    older = {k: v for k, v in old.items() if k != "response_cache"}
+    assert protocol.provenance(older, ran_nothing=True, fresh=fresh) == {
+        k: v for k, v in made.items() if k != "response_cache"
+    }
+
+
+def test_no_cache_builds_the_lm_without_the_response_cache(protocol, monkeypatch):
+    import sqlweave.lm
+
+    seen: list[dict] = []
+
+    def fake_configure(model, **options):
+        seen.append(options)
+        raise SystemExit("stop before any LM call")
+
+    monkeypatch.setattr(sqlweave.lm, "configure", fake_configure)
+    for argv, cache in ((["--no-cache"], False), ([], None)):
+        args = protocol.build_parser().parse_args(["--program", "naive", "--n-threads", "2", *argv])
+        with pytest.raises(SystemExit):
+            protocol.run(args)
+        assert seen[-1].get("cache") is cache and seen[-1]["n_threads"] == 2
