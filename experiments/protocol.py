@@ -178,6 +178,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     fresh = {
         "n_threads": args.n_threads,
+        # of this invocation: a resume with the cache on, of a run begun without, says True
         "response_cache": not getattr(args, "no_cache", False),
         "wall_seconds_this_invocation": round(wall, 1),
         "commit": _commit(),
