@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {}
     if args.n_threads:
         options["n_threads"] = args.n_threads
-    if getattr(args, "no_cache", False):
+    if args.no_cache:
         options["cache"] = False  # every call asked of the model: cold figures, fresh samples
     configure(args.model, **options)
     prog = artifact[0] if artifact is not None else programs.get(args.program, **switches)
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     fresh = {
         "n_threads": args.n_threads,
         # of this invocation: a resume with the cache on, of a run begun without, says True
-        "response_cache": not getattr(args, "no_cache", False),
+        "response_cache": not args.no_cache,
         "wall_seconds_this_invocation": round(wall, 1),
         "commit": _commit(),
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
