@@ -31,7 +31,9 @@ selector      ``first``; ``vote`` (PET-SQL's execution-majority vote); ``lm`` (R
               selection, the LM chooses between executed candidates); ``runoff`` (the vote,
               and the LM between the two leading answers when it is close); ``across`` (the
               answer the most different generators hold; the vote breaks ties); ``ranked``
-              (the vote's classes scored by a linear model fitted on Spider train, no LM call)
+              (the vote's classes scored by a linear model fitted on Spider train, no LM call);
+              ``grounded`` (the vote among the candidates whose ``= 'text'`` values the
+              database stores, no LM call)
 corrector     ``none``; ``execution`` (Dubo-SQL / RSL-SQL: fix while the SQL fails or returns
               nothing); ``rules`` (MageSQL's rule-based correction, no LM call); ``mage``
               (MageSQL's rules, then its guideline prompt on predicted-hard cases);
@@ -96,6 +98,7 @@ STAGES: dict[str, Registry] = {
             "lm": "sqlweave.programs.selection:CandidateSelector",
             "runoff": "sqlweave.programs.selection:RunoffSelector",
             "ranked": "sqlweave.programs.reranker:RankSelector",
+            "grounded": "sqlweave.programs.grounding:GroundedSelector",
         },
         base=dspy.Module,
     ),
