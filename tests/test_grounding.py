@@ -25,9 +25,10 @@ def shop(tmp_path: Path) -> Database:
             """
             CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, state TEXT);
             CREATE TABLE invoices (id INTEGER PRIMARY KEY, customer_id INT, billing_state TEXT,
-                total REAL);
+                total REAL, state TEXT);
             INSERT INTO customers VALUES (1, 'Ann', 'IL'), (2, 'Bo', 'NY');
-            INSERT INTO invoices VALUES (1, 1, 'IL', 5.0), (2, 1, 'IL', 7.0), (3, 2, 'NY', 1.0);
+            INSERT INTO invoices VALUES (1, 1, 'IL', 5.0, 'paid'), (2, 1, 'IL', 7.0, 'open'),
+                (3, 2, 'NY', 1.0, 'paid');
             """
         )
     return Database.open(path)
@@ -57,6 +58,42 @@ def test_aliases_and_subqueries_are_resolved(shop: Database) -> None:
     assert not grounded(joined.format("New York"), shop)
     nested = "SELECT name FROM customers WHERE id IN (SELECT customer_id FROM invoices AS i WHERE i.billing_state = 'Texas')"
     assert not grounded(nested, shop)
+
+
+def test_each_scope_reads_its_own_aliases(shop: Database) -> None:
+    # T1 is customers in one arm and invoices in the other, and both have a ``state``: each
+    # value is looked up in the table its own arm reads ('NY' is no invoice's state).
+    both_arms = (
+        "SELECT T1.id FROM customers AS T1 WHERE T1.state = '{}' "
+        "EXCEPT SELECT T1.customer_id FROM invoices AS T1 WHERE T1.state = '{}'"
+    )
+    assert grounded(both_arms.format("NY", "paid"), shop)
+    assert not grounded(both_arms.format("NY", "unpaid"), shop)
+    assert not grounded(both_arms.format("paid", "paid"), shop)
+
+
+def test_a_cte_or_derived_table_is_not_looked_into(shop: Database) -> None:
+    # The CTE shadows a stored table of the same name: its values are not the table's.
+    assert grounded(
+        "WITH customers AS (SELECT 'zz' AS state) SELECT * FROM customers WHERE state = 'zz'",
+        shop,
+    )
+    assert grounded("SELECT * FROM (SELECT 'zz' AS s) AS d WHERE d.s = 'zz'", shop)
+
+
+def test_a_value_equal_as_the_database_compares_it_is_grounded(shop: Database) -> None:
+    # SQLite compares '5' with the stored REAL 5.0 as equal; lower-casing alone would not.
+    assert grounded("SELECT id FROM invoices WHERE total = '5'", shop)
+    assert not grounded("SELECT id FROM invoices WHERE total = '6'", shop)
+
+
+def test_the_parsed_sql_is_left_as_it_was(shop: Database) -> None:
+    from sqlweave.sqlstruct import parse
+
+    sql = "SELECT T2.id FROM main.invoices AS T2 WHERE T2.billing_state = 'IL'"
+    before = parse(sql).sql()
+    assert grounded(sql, shop)
+    assert parse(sql).sql() == before
 
 
 def test_what_cannot_be_told_counts_as_grounded(shop: Database) -> None:
@@ -91,12 +128,27 @@ def test_with_no_grounded_candidate_every_candidate_votes(shop: Database) -> Non
 def test_weights_and_known_outcomes_follow_the_kept_candidates(shop: Database) -> None:
     ny = "SELECT SUM(total) FROM invoices WHERE billing_state = 'NY'"
     # Weighted, NY would win over IL among the kept; the ungrounded one's weight is not counted.
-    out = GroundedSelector()(
-        candidates=Candidates([ILLINOIS, IL, ny], {IL: shop.execute(IL)}),
-        db=shop,
-        weights=[10.0, 1.0, 2.0],
-    )
+    out = GroundedSelector()(candidates=[ILLINOIS, IL, ny], db=shop, weights=[10.0, 1.0, 2.0])
     assert out.kept == [1, 2] and out.sql == ny and out.choice == 3
+    # The sampler's known outcomes reach the vote: told that IL's query returned what NY's
+    # does, the vote sees two agreeing candidates and keeps the earlier.
+    told = Candidates([ILLINOIS, IL, ny], {IL: shop.execute(ny)})
+    out = GroundedSelector()(candidates=told, db=shop, weights=[10.0, 1.0, 1.5])
+    assert out.sql == IL and out.choice == 2
+    with pytest.raises(ValueError, match="2 weights for 3"):
+        GroundedSelector()(candidates=[ILLINOIS, IL, ny], db=shop, weights=[1.0, 1.0])
+
+
+def test_kept_candidates_that_fail_do_not_beat_dropped_ones_that_run(shop: Database) -> None:
+    broken = "SELECT SUM(total) FROM invoices WHERE colour = 'red'"  # no such column
+    out = GroundedSelector()(candidates=[broken, ILLINOIS, ILLINOIS], db=shop)
+    assert out.sql == ILLINOIS and out.kept == [0, 1, 2]
+
+
+def test_garbage_never_raises(shop: Database) -> None:
+    deep = "SELECT " + "(" * 800 + "1" + ")" * 800
+    out = GroundedSelector()(candidates=[deep, "not sql at all", IL], db=shop)
+    assert out.sql == IL
 
 
 def test_a_sampler_feeding_it_draws_every_candidate() -> None:
