@@ -310,3 +310,23 @@ def test_a_knn_compile_is_not_reported_as_changing_nothing():
     demo = {"question": "How many singers?", "sql": "SELECT count(*) FROM singer"}
     pool = [{"question": demo["question"], "db_id": "concert_singer", "demos": {"generate": demo}}]
     assert _kept_defaults_line(meta, attach_knn(program, pool, k=4)) is None
+
+
+def test_ask_with_the_readme_best_configuration(dummy_model: dict, demo_concert_db: Path) -> None:
+    """The README's best configuration, as typed there: eight candidates; five guess a country
+    the table does not store and agree on an empty count, three look it up right. The plain
+    vote would pick the guess; ``selector=grounded`` drops it."""
+    holland = "SELECT count(*) AS n FROM singer WHERE Country = 'Holland'"
+    netherlands = "SELECT count(*) AS n FROM singer WHERE Country = 'Netherlands'"
+    dummy_model["lm"] = DummyLM([{"sql": holland}] * 5 + [{"sql": netherlands}] * 3)
+    best = [
+        *("--set", "samples=8", "--set", "temperature=1.0", "--set", "repair=joins"),
+        *("--set", "repair_scope=all", "--set", "corrector=rules_intersect"),
+        *("--set", "selector=grounded"),
+    ]
+    question = "How many singers are from the Netherlands?"
+    args = ["ask", question, "--db", str(demo_concert_db), "--json", *best]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    assert answer["sql"] == netherlands and answer["rows"] == [[1]]
