@@ -539,8 +539,8 @@ def test_every_selector(concert: Database, name: str) -> None:
         assert pred.stages[-1] == "selector"
         assert pred.sql in pred.candidates and len(pred.candidates) == len(pred.sources) == 4
         assert (pred.vote is not None) == (
-            name in ("vote", "runoff", "across", "ranked")
-        )  # runoff votes first; ranked scores the vote's classes
+            name in ("vote", "runoff", "across", "ranked", "grounded")
+        )  # runoff votes first; ranked scores the vote's classes; grounded votes among the kept
 
 
 @pytest.mark.parametrize("name", stages.available("corrector"))
