@@ -20,8 +20,9 @@ What is checked, conservatively (anything unclear counts as grounded):
 * ``col = 'text'`` (either side) in any query scope: the main query, a subquery, each arm of a
   UNION / INTERSECT / EXCEPT; not ``IN``, ``LIKE`` or ``<>``;
 * the column's table is read from its own scope (sqlglot's scopes): a qualified column's
-  alias, or the scope's one source when unqualified; a CTE or a derived table is not looked
-  into, nor is an unqualified column among several sources;
+  alias, or the scope's one source when unqualified; a column whose source is a CTE or a
+  derived table is not checked (the CTE's own body is, as a scope of its own), nor is an
+  unqualified column among several sources;
 * a lookup that fails (no such column, a timeout) and SQL that does not parse leave the
   candidate in: the vote deals with broken SQL.
 
@@ -63,8 +64,8 @@ def _source_table(column: exp.Column, scope: Scope) -> exp.Table | None:
 
 def grounding_checks(tree: exp.Expression) -> Iterator[tuple[exp.Table, exp.Column, str]]:
     """(table, column, text) for every ``column = 'text'`` whose stored table its query scope
-    (the main query, a subquery, a compound's arm) names unambiguously; CTEs and derived tables
-    are not looked into."""
+    (the main query, a subquery, a CTE's body, a compound's arm) names unambiguously; a column
+    read from a CTE or a derived table is not checked."""
     for scope in traverse_scope(tree):
         for column in scope.columns:
             comparison = column.parent
