@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import dspy
 from sqlglot import exp
@@ -147,11 +148,11 @@ class GroundedSelector(VoteSelector):
         self,
         candidates: Sequence[str],
         db: Database | str | Path,
-        question: str = "",
-        evidence: str = "",
-        db_schema: str | None = None,
         weights: Sequence[float] | None = None,
+        **_: Any,
     ) -> dspy.Prediction:
+        """The vote among the grounded candidates (the selector protocol; the question, evidence
+        and schema are accepted and not read)."""
         if not candidates:
             raise ValueError("a selector needs at least one candidate")
         database = resolve_database(db)
