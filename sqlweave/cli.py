@@ -1392,7 +1392,9 @@ def _search_moved(meta: Any) -> dict[str, Any]:
 
 def _switch_changes(meta: Any) -> list[str]:
     """Switches of the artefact that differ from the program's defaults,
-    ``name: default -> now`` and who changed it (the search, or the user before compiling)."""
+    ``name: default -> now`` and who changed it: the search (a switch it moved, or one its
+    space gave a choice of values; a grid's first trial need not be the program as given), the
+    search's space holding one value, or the user before compiling (``--set``)."""
     from sqlweave import programs
 
     try:
@@ -1400,9 +1402,17 @@ def _switch_changes(meta: Any) -> list[str]:
     except Exception:  # a program that cannot be built here: nothing to compare with
         return []
     moved = _search_moved(meta)
+    space = _search_of(meta).get("space") or {}
+
+    def who(key: str) -> str:
+        if key in moved or len(space.get(key) or ()) > 1:
+            return "(chosen by the search)"
+        if key in space:
+            return "(fixed in the search's space)"
+        return "(set before compiling)"
+
     return [
-        f"{key}: {defaults.get(key, '(none)')} -> {value} "
-        + ("(chosen by the search)" if key in moved else "(set before compiling)")
+        f"{key}: {defaults.get(key, '(none)')} -> {value} {who(key)}"
         for key, value in meta.switches.items()
         if defaults.get(key) != value
     ]

@@ -330,3 +330,31 @@ def test_ask_with_the_readme_best_configuration(dummy_model: dict, demo_concert_
     assert result.exit_code == 0, result.output
     answer = json.loads(result.output)
     assert answer["sql"] == netherlands and answer["rows"] == [[1]]
+
+
+def test_inspect_says_who_set_each_switch() -> None:
+    """A grid's first trial is not the program as given: a switch the space offered a choice
+    for was chosen by the search even where the first trial already had it."""
+    from sqlweave.cli import _switch_changes
+    from sqlweave.optimizers.artifact import ArtifactMeta
+
+    first = {"corrector": "rules_intersect", "selector": "grounded", "temperature": 1.0}
+    search = {
+        "space": {
+            "corrector": ["rules", "rules_intersect"],
+            "selector": ["grounded"],
+            "temperature": [0.7, 1.0],
+        },
+        "trials": [{"switches": first, "score": 0.5, "status": "done"}],
+        "chosen": {**first, "temperature": 0.7},
+    }
+    meta = ArtifactMeta(
+        program="direct",
+        switches={**first, "temperature": 0.7, "samples": 8},
+        extra={"details": {"search": search}},
+    )
+    assert sorted(_switch_changes(meta)) == [
+        "corrector: rules -> rules_intersect (chosen by the search)",
+        "samples: 1 -> 8 (set before compiling)",
+        "selector: vote -> grounded (fixed in the search's space)",
+    ]
