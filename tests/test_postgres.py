@@ -325,3 +325,19 @@ def test_join_completion_on_a_copy_without_declared_keys(pg: Database) -> None:
     assert isinstance(pg.try_execute(stray), ExecutionError)
     fixed = complete_joins(stray, schema, pg.dialect)
     assert fixed is not None and pg.execute(fixed).rows == ((2,),)
+
+
+def test_grounded_vote_on_postgres(pg: Database) -> None:
+    """The grounded selector's lookups on PostgreSQL: a guessed country drops out of the vote,
+    a case-only difference and a number compared as text stay in."""
+    from sqlweave.programs.grounding import GroundedSelector, ValueLookup, is_grounded
+
+    lookup = ValueLookup(pg)
+    assert not is_grounded("SELECT count(*) FROM singer WHERE country = 'Holland'", lookup)
+    assert is_grounded("SELECT count(*) FROM singer WHERE country = 'netherlands'", lookup)
+    assert is_grounded("SELECT count(*) FROM singer AS s WHERE s.Country = 'Netherlands'", lookup)
+    assert is_grounded("SELECT name FROM singer WHERE age = '52'", lookup)  # integer column
+    holland = "SELECT count(*) FROM singer WHERE country = 'Holland'"
+    netherlands = "SELECT count(*) FROM singer WHERE country = 'Netherlands'"
+    out = GroundedSelector()(candidates=[holland, holland, netherlands], db=pg)
+    assert out.sql == netherlands and out.kept == [2]
