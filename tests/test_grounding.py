@@ -162,3 +162,16 @@ def test_direct_takes_it_as_a_switch() -> None:
 
     program = get("direct", samples=4, selector="grounded")
     assert isinstance(program.selector, GroundedSelector)
+
+
+def test_on_duckdb(shop: Database, tmp_path: Path) -> None:
+    pytest.importorskip("duckdb_engine")
+    from sqlweave.transfer import copy_sqlite_to_duckdb
+
+    target = copy_sqlite_to_duckdb(Path(shop.path), tmp_path / "shop.duckdb")
+    with Database.open(f"duckdb:///{target}") as duck:
+        assert duck.dialect == "duckdb"
+        assert not grounded(ILLINOIS, duck) and grounded(IL, duck)
+        assert grounded("SELECT id FROM invoices WHERE billing_state = 'il'", duck)
+        out = GroundedSelector()(candidates=[ILLINOIS, ILLINOIS, IL], db=duck)
+        assert out.sql == IL
