@@ -17,7 +17,7 @@ fi
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
 # setuptools announces every editable install with a multi-line notice (a package-dir layout
 # needs its import finder); it says nothing about this project, so it is silenced here.
-PYTHONWARNINGS="ignore:Editable installation" .venv/bin/pip install --quiet -e ".[local,served,report,postgres,duckdb,embeddings,mipro,dev]"
+PYTHONWARNINGS="ignore:Editable installation" .venv/bin/pip install --quiet -e ".[local,served,serve,report,postgres,duckdb,embeddings,mipro,dev]"
 # Headless Chromium renders the HTML report in tests/test_report.py (Debian's package). Needs
 # root; without it the report test skips with its reason.
 if ! command -v chromium >/dev/null 2>&1; then
