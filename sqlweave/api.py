@@ -141,17 +141,41 @@ def load(path: str | Path) -> CompiledProgram:
 
 
 def _as_program(
-    program: SQLProgram | CompiledProgram | str, switches: dict[str, Any]
+    program: SQLProgram | CompiledProgram | str | None,
+    switches: dict[str, Any],
+    preset: str | None = None,
 ) -> SQLProgram:
-    if isinstance(program, CompiledProgram):
-        return program.program
-    if isinstance(program, SQLProgram):
-        return program
-    if isinstance(program, str | Path) and (
-        Path(program).suffix == ".json" or Path(program).is_file()
+    """The program a caller named: an instance, an artefact path, a registry name, or a preset
+    (none of them: the default preset, :mod:`sqlweave.programs.presets`)."""
+    if isinstance(program, CompiledProgram | SQLProgram) or (
+        isinstance(program, str | Path)
+        and (Path(program).suffix == ".json" or Path(program).is_file())
     ):
+        if preset is not None:
+            raise ValueError("preset= builds a program; it cannot apply to a program given")
+        if isinstance(program, CompiledProgram):
+            return program.program
+        if isinstance(program, SQLProgram):
+            return program
         return load_program(program)[0]
-    return get(str(program), **switches)
+    from sqlweave.programs.presets import resolve
+
+    name, resolved, _ = resolve(None if program is None else str(program), preset, switches)
+    return get(name, **resolved)
+
+
+def preset_meta(
+    program: str | None, preset: str | None, switches: dict[str, Any]
+) -> tuple[SQLProgram, ArtifactMeta]:
+    """A program built from a registry name or a preset, with the provenance an artefact keeps
+    (the preset's name in ``extra["preset"]``)."""
+    from sqlweave.programs.presets import resolve
+
+    name, resolved, chosen = resolve(program, preset, switches)
+    meta = ArtifactMeta(program=name, switches=resolved)
+    if chosen is not None:
+        meta.extra["preset"] = chosen
+    return get(name, **resolved), meta
 
 
 def _registry_names() -> list[str]:
@@ -241,10 +265,11 @@ def default_validation(
 
 
 def compile(  # noqa: A001 - the verb users look for; shadows the builtin only in this module
-    program: SQLProgram | CompiledProgram | str,
+    program: SQLProgram | CompiledProgram | str | None = None,
     trainset: Sequence[dspy.Example | dict[str, Any]] | None = None,
     valset: Sequence[dspy.Example | dict[str, Any]] | None = None,
     *,
+    preset: str | None = None,
     db: Database | str | Path | Sequence[Database | str | Path] | None = None,
     synthesize: int | None = None,
     synthetic_out: str | Path | None = None,
@@ -263,7 +288,9 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     options: dict[str, Any] | None = None,
     **switches: Any,
 ) -> CompiledProgram:
-    """Optimize ``program`` (an instance or a registry name, built with ``switches``) on
+    """Optimize ``program`` (an instance, or a registry name built with ``switches``; or
+    ``preset``, a named configuration of :mod:`sqlweave.programs.presets` that ``switches``
+    override; neither: the default preset, its name kept in the artefact) on
     ``trainset`` with the current DSPy LM, score it on ``valset`` and return it with provenance.
 
     ``trainset`` and ``valset`` hold ``dspy.Example`` objects, dicts or :func:`sqlweave.Example`
@@ -330,7 +357,13 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     n_val = DEFAULT_N_VAL if n_val is None else n_val
     if max_demos < 0 or n_val < 0:
         raise ValueError(f"max_demos and n_val must be 0 or more, not {max_demos} and {n_val}")
-    student = _as_program(program, switches)
+    student = _as_program(program, switches, preset)
+    preset_name = None
+    if not isinstance(program, CompiledProgram | SQLProgram):
+        from sqlweave.programs.presets import resolve
+
+        if program is None or preset is not None:
+            program, _, preset_name = resolve(program, preset, switches)
     synthetic = None
     if synthesize is not None:
         from sqlweave.optimizers.synthetic import synthetic_sets
@@ -427,6 +460,7 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
             "proposer_lm": proposer_lm if isinstance(proposer_lm, str) else None,
             **({"details": report.details} if report.details else {}),
             **({"synthetic": synthetic.record} if synthetic is not None else {}),
+            **({"preset": preset_name} if preset_name is not None else {}),
         },
     )
     logger.info(
@@ -443,14 +477,17 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
 def ask(
     question: str,
     db: Database | str | Path,
-    program: SQLProgram | CompiledProgram | str = "direct",
+    program: SQLProgram | CompiledProgram | str | None = None,
     *,
+    preset: str | None = None,
     model: str | None = None,
     evidence: str = "",
     **switches: Any,
 ) -> Result:
     """One question, one answer: ``program`` is a registry name, an artefact path or a program;
-    ``model`` an LM spec (default: the LM already configured in DSPy).
+    ``preset`` a named configuration (:mod:`sqlweave.programs.presets`; neither: the default
+    preset); ``switches`` override the preset's or the program's; ``model`` an LM spec
+    (default: the LM already configured in DSPy).
 
     Raises what ``sqlweave ask`` reports: :class:`~sqlweave.db.ExecutionError` for a database
     that cannot be opened, :class:`~sqlweave.failures.LMUnavailableError` for a model endpoint
@@ -469,7 +506,7 @@ def ask(
     wrapped = (
         program
         if isinstance(program, CompiledProgram)
-        else CompiledProgram(_as_program(program, switches))
+        else CompiledProgram(_as_program(program, switches, preset))
     )
     try:
         if model is None:

@@ -292,28 +292,30 @@ def _parse_value(value: str) -> Any:
     return value
 
 
-def _program_from(program: str, switches: list[str]) -> tuple[Any, str]:
-    """A registry name (with --set switches) or a compiled artefact path, as a CompiledProgram."""
-    from sqlweave import programs
-    from sqlweave.api import CompiledProgram
-    from sqlweave.optimizers import ArtifactError, ArtifactMeta, load_program
+def _program_from(
+    program: str | None, switches: list[str], preset: str | None = None
+) -> tuple[Any, str]:
+    """A registry name or a preset (with --set switches on top; neither: the default preset)
+    or a compiled artefact path, as a CompiledProgram, and the program's name."""
+    from sqlweave.api import CompiledProgram, preset_meta
+    from sqlweave.optimizers import ArtifactError, load_program
+    from sqlweave.programs.presets import resolve
 
-    path = Path(program)
-    if path.suffix == ".json" or path.exists():
-        if switches:
-            _fail("--set applies to a registry program, not to a compiled .json")
+    if program is not None and (Path(program).suffix == ".json" or Path(program).exists()):
+        if switches or preset:
+            _fail("--set and --preset apply to a registry program, not to a compiled .json")
         try:
-            prog, meta = load_program(path)
+            prog, meta = load_program(Path(program))
         except ArtifactError as err:
             _fail(str(err))
         return CompiledProgram(prog, meta), meta.program
-    parsed = typed_switches(program, switches)
     try:
-        prog = programs.get(program, **parsed)
+        name = resolve(program, preset)[0]
+        parsed = typed_switches(name, switches)
+        built, meta = preset_meta(program, preset, parsed)
     except (ValueError, TypeError) as err:
         _fail(str(err))
-    meta = ArtifactMeta(program=program, switches=parsed)
-    return CompiledProgram(prog, meta), program
+    return CompiledProgram(built, meta), name
 
 
 def _check_writable(path: Path, option: str, *, touch: bool = True) -> None:
@@ -451,9 +453,20 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 
 ProgramOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
-        "--program", "-p", help="registry name (sqlweave.programs.available()) or compiled .json"
+        "--program",
+        "-p",
+        help="registry name (sqlweave.programs.available()) or compiled .json "
+        "(default: the default preset; sqlweave programs lists them)",
+    ),
+]
+PresetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--preset",
+        help="a named, measured configuration (sqlweave programs lists them); --set overrides "
+        "one switch; default: the default preset when no --program is given",
     ),
 ]
 SetOpt = Annotated[
@@ -466,7 +479,8 @@ SetOpt = Annotated[
 def ask(
     question: Annotated[str, typer.Argument(help="the question to answer")],
     db: Annotated[str, typer.Option("--db", help="SQLite file or SQLAlchemy URL")],
-    program: ProgramOpt = "direct",
+    program: ProgramOpt = None,
+    preset: PresetOpt = None,
     set_: SetOpt = None,
     evidence: Annotated[str, typer.Option(help="external knowledge (BIRD evidence)")] = "",
     model: ModelOpt = "local:qwen2.5-coder-1.5b",
@@ -497,7 +511,7 @@ def ask(
         database = Database.open(db, allow_superuser=allow_superuser)
     except ExecutionError as err:
         _fail(err.message.replace("pass allow_superuser=True", "pass --allow-superuser"))
-    prog, _ = _program_from(program, set_ or [])
+    prog, _ = _program_from(program, set_ or [], preset)
     _configure_lm(model, api_base)
     try:
         result = prog(question, db=database, evidence=evidence, max_rows=max(max_rows, 1000))
@@ -653,7 +667,8 @@ def synthesize(
 
 @app.command()
 def evaluate(
-    program: ProgramOpt = "direct",
+    program: ProgramOpt = None,
+    preset: PresetOpt = None,
     dataset: DatasetOpt = "spider",
     split: Annotated[str, typer.Option(help="dev or train")] = "dev",
     n: Annotated[int, typer.Option("--n", help="stratified slice size; 0 = all")] = 200,
@@ -751,9 +766,10 @@ def evaluate(
             base_records = read_records(baseline)
         except (OSError, ValueError) as err:
             _fail(f"cannot read --baseline {baseline}: {err}")
-    prog, name = _program_from(program, set_ or [])
-    identity = _run_identity(program, prog, model, api_base)
-    out = out or Path("runs") / f"{_run_stem(program, prog, name)}-{tag}-{_model_tag(model)}.jsonl"
+    prog, name = _program_from(program, set_ or [], preset)
+    identity = _run_identity(program or name, prog, model, api_base)
+    stem = _run_stem(program or name, prog, name)
+    out = out or Path("runs") / f"{stem}-{tag}-{_model_tag(model)}.jsonl"
     _check_writable(out, "--out")
     _configure_lm(model, api_base, lm_threads, prompt_lookup)
     try:
@@ -839,8 +855,12 @@ def evaluate(
 @app.command("compile")
 def compile_cmd(
     program: Annotated[
-        str, typer.Option("--program", "-p", help="registry name, e.g. direct")
-    ] = "direct",
+        str | None,
+        typer.Option(
+            "--program", "-p", help="registry name, e.g. direct (default: the default preset)"
+        ),
+    ] = None,
+    preset: PresetOpt = None,
     set_: SetOpt = None,
     out: Annotated[Path, typer.Option(help="where to save the compiled program")] = Path(
         "compiled.json"
@@ -972,6 +992,7 @@ def compile_cmd(
     progress = progress and level >= 0
     _compile(
         program=program,
+        preset=preset,
         out=out,
         optimizer=optimizer,
         train=train,
@@ -1018,7 +1039,7 @@ def _search_space(program: str, items: list[str]) -> dict[str, list[Any]]:
 
 def _compile(
     *,
-    program: str,
+    program: str | None,
     out: Path,
     optimizer: str,
     train: str | None,
@@ -1045,6 +1066,7 @@ def _compile(
     synthetic_out: Path | None = None,
     synthesis_check: bool | None = None,
     synthetic_val_fraction: float | None = None,
+    preset: str | None = None,
 ) -> Any:
     from sqlweave.api import compile as run_compile
     from sqlweave.data import DataError
@@ -1058,8 +1080,14 @@ def _compile(
         stages = stage_names(optimizer)
     except ValueError as err:
         _fail(str(err))
-    if Path(program).suffix == ".json":
+    if program is not None and Path(program).suffix == ".json":
         _fail("compile starts from a registry program name, not a compiled .json")
+    from sqlweave.programs.presets import resolve
+
+    try:
+        base = resolve(program, preset)[0]
+    except ValueError as err:
+        _fail(str(err))
     for option, value in (
         ("--max-demos", max_demos),
         ("--n-train", n_train),
@@ -1078,7 +1106,7 @@ def _compile(
             _fail(f"--sampler must be one of {', '.join(SAMPLERS)}, not {sampler!r}")
         options = {"n_trials": trials, "val_size": search_val or None, "sampler": sampler}
         if space:
-            options["space"] = _search_space(program, space)
+            options["space"] = _search_space(base, space)
     elif space:
         _fail("--space applies to the search optimizer (--optimizer search or search+...)")
     _check_writable(out, "--out", touch=False)
@@ -1109,7 +1137,7 @@ def _compile(
         trainset, valset, how = _train_and_val(
             train or "spider", val, data_root, 24 if n_train is None else n_train, n_val, seed
         )
-    prog, name = _program_from(program, switches)
+    prog, name = _program_from(program, switches, preset)
     _configure_lm(model, api_base)
     proposer = None
     if proposer_model is not None:
@@ -1139,6 +1167,7 @@ def _compile(
             progress=progress,
             candidates=candidates,
             options=options,
+            preset=prog.meta.extra.get("preset"),
             **prog.meta.switches,
         )
     except (ValueError, ArtifactError, DataError, LMUnavailableError, ExecutionError) as err:
@@ -1430,6 +1459,7 @@ def _summary_lines(program: Any, meta: Any, payload: dict[str, Any]) -> list[str
         + (f" on {how}" if how and how != "given" else "")
         + f"; sqlweave {payload.get('versions', {}).get('sqlweave', '?')}",
         *_synthetic_lines(meta),
+        *_preset_lines(meta),
         "",
         "what compile changed:",
     ]
@@ -1444,6 +1474,17 @@ def _summary_lines(program: Any, meta: Any, payload: dict[str, Any]) -> list[str
     if _kept_defaults_line(meta, program) is not None and "knn" not in payload:
         lines.append("  nothing: the compile kept the uncompiled program (see the search below)")
     return lines
+
+
+def _preset_lines(meta: Any) -> list[str]:
+    """The preset the compile started from (its switches as the preset defines them today)."""
+    name = meta.extra.get("preset")
+    if not name:
+        return []
+    from sqlweave.programs.presets import PRESETS
+
+    known = PRESETS.get(name)
+    return [f"started from preset {name!r}" + (f": {known.describe()}" if known else "")]
 
 
 def _changed(switches: list[str], diff: list[str]) -> bool:
@@ -1749,7 +1790,8 @@ def serve_cmd(
             "first is the default)",
         ),
     ],
-    program: ProgramOpt = "direct",
+    program: ProgramOpt = None,
+    preset: PresetOpt = None,
     set_: SetOpt = None,
     model: ModelOpt = "local:qwen2.5-coder-1.5b",
     api_base: ApiBaseOpt = None,
@@ -1806,7 +1848,7 @@ def serve_cmd(
         _fail(str(err))
     except ExecutionError as err:
         _fail(err.message.replace("pass allow_superuser=True", "pass --allow-superuser"))
-    prog, _ = _program_from(program, set_ or [])
+    prog, _ = _program_from(program, set_ or [], preset)
     lm = _configure_lm(model, api_base, lm_threads)
     typer.echo(f"sqlweave serve: http://{host}:{port}/ ({', '.join(databases)})", err=True)
     try:
@@ -1848,6 +1890,16 @@ def programs_cmd(
             except Exception as err:  # a program that cannot be built here says why
                 shown = f"cannot be built here ({_first_line(str(err))})"
             typer.echo(f"{'':<10}{shown}")
+    from sqlweave.programs.presets import DEFAULT_PRESET, PRESETS
+    from sqlweave.programs.presets import names as preset_names
+
+    typer.echo("")
+    typer.echo("presets (--preset NAME; the default runs when no --program is given):")
+    for name in preset_names():
+        preset = PRESETS[name]
+        mark = " (default)" if name == DEFAULT_PRESET else ""
+        typer.echo(f"{name}{mark}: {preset.summary}")
+        typer.echo(f"{'':<10}{preset.describe()}; measured: {preset.measured}")
     typer.echo("")
     typer.echo("stages per role (--set ROLE=NAME):")
     for role, names in stage_names().items():

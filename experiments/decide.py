@@ -1,0 +1,335 @@
+"""Rule 16 of docs/decisions.md: today's parts re-decided on the decision set, by replay.
+
+A ``direct`` run with ``samples=8`` and ``repair=joins`` (scope ``all``) records every candidate,
+a repaired one marked ``:repaired``. That pool holds what the program sees under each repair
+scope (``all`` as recorded; ``none`` without the repaired candidates, each of which replaced one
+that failed to run; ``fallback``: ``all`` only where no unrepaired candidate runs). For every
+question and scope this script replays, without an LM call, each selector the rule compares
+(``vote``, ``grounded``), each followed by each corrector (``rules``, ``rules_intersect``), and
+keeps each execution class's features (:func:`sqlweave.programs.reranker.class_features` plus
+the ``ground`` group of :func:`ground_features`) with its verdict after each corrector, so the
+fitted selector can be scored out of fold (five folds by database) afterwards.
+
+    python experiments/decide.py table RUN.jsonl --slice spider-train-select --limit 1000
+    python experiments/decide.py rule16 --p07 P07.table.jsonl --p10 P10.table.jsonl
+
+``table`` writes ``experiments/results/decisions/<run>.table.jsonl`` (one line a question,
+resumable); ``rule16`` prints each step's comparison and writes ``rule16.json`` beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from fit_reranker import fit
+from grounded_replay import corrected
+from selection_replay import Judge
+from tqdm import tqdm
+
+from sqlweave.data import load_slice
+from sqlweave.evaluate import read_records
+from sqlweave.programs.grounding import GroundedSelector, ValueLookup, is_grounded
+from sqlweave.programs.reranker import class_features, score
+from sqlweave.programs.voting import ExecutionGroup, execution_groups, ranked_groups
+from sqlweave.stats import bootstrap_ci, paired
+
+RESULTS = Path(__file__).resolve().parent / "results" / "decisions"
+SCOPES = ("none", "fallback", "all")
+CORRECTORS = {"rules": False, "rules_intersect": True}
+#: The feature groups rule 16 fixes for the fitted selector (``ground`` is new; the others are
+#: what issue 37's second round chose on the same slice) and its L2 penalty.
+FITTED_GROUPS = ("vote", "result", "soft", "align", "ground")
+FITTED_L2 = 1.0
+
+
+def ground_features(
+    sqls: Sequence[str], groups: Sequence[ExecutionGroup], lookup: ValueLookup
+) -> list[dict[str, float]]:
+    """Per class: ``ground_ok`` (its first member's string values are stored in the database,
+    :func:`~sqlweave.programs.grounding.is_grounded`) and ``ground_share`` (its share of the
+    grounded members of all classes; 0 when no member of any class is grounded)."""
+    grounded = {i: is_grounded(sqls[i], lookup) for g in groups for i in g.members}
+    total = sum(grounded.values())
+    return [
+        {
+            "ground_ok": float(grounded[g.first]),
+            "ground_share": sum(grounded[i] for i in g.members) / total if total else 0.0,
+        }
+        for g in groups
+    ]
+
+
+def scoped(cands: Sequence[dict[str, Any]], scope: str, judge: Judge) -> list[dict[str, Any]]:
+    """The candidates the program would have seen with ``repair_scope=scope`` (module doc)."""
+    from sqlweave.db import ExecutionError
+
+    kept = [c for c in cands if not str(c.get("origin") or "").endswith(":repaired")]
+    if scope == "all" or len(kept) == len(cands):
+        return list(cands)
+    if scope == "none":
+        return kept
+    runs = any(not isinstance(judge.db.try_execute(c["sql"]), ExecutionError) for c in kept)
+    return kept if runs else list(cands)
+
+
+def question_row(record: dict[str, Any], example: Any) -> dict[str, Any]:
+    """One question's verdicts under every scope, selector and corrector, and its classes."""
+    judge = Judge(example)
+    lookup = ValueLookup(judge.db)
+    question = example.question
+    row: dict[str, Any] = {"question_id": str(record["question_id"]), "db_id": record["db_id"]}
+    memo: dict[tuple[str, ...], dict[str, Any]] = {}
+    for scope in SCOPES:
+        cands = scoped(record["candidates"], scope, judge)
+        key = tuple(c["sql"] for c in cands)
+        if key not in memo:
+            memo[key] = _replay(list(key), question, judge, lookup)
+        row[scope] = memo[key]
+    judge.db.close()
+    return row
+
+
+def _replay(sqls: list[str], question: str, judge: Judge, lookup: ValueLookup) -> dict[str, Any]:
+    if not sqls:  # scope none, every candidate repaired: none of the originals ran
+        wrong = {f"{s}|{c}": False for s in ("vote", "grounded", "oracle") for c in CORRECTORS}
+        return {"n": 0, **wrong, "classes": []}
+    verdict = {name: lambda sql, i=i: judge.correct(corrected(judge, sql, question, i))
+               for name, i in CORRECTORS.items()}  # fmt: skip
+    out: dict[str, Any] = {"n": len(sqls)}
+    voted = judge.select(sqls, [1.0] * len(sqls))
+    grounded = GroundedSelector()(candidates=sqls, db=judge.db, question=question).sql
+    for corrector, right in verdict.items():
+        out[f"vote|{corrector}"] = right(voted)
+        out[f"grounded|{corrector}"] = right(grounded)
+        out[f"oracle|{corrector}"] = any(right(s) for s in dict.fromkeys(sqls))
+    groups, _ = execution_groups(sqls, judge.db, timeout_s=judge.timeout_s)
+    classes = []
+    if groups:
+        order = {id(g): i for i, g in enumerate(ranked_groups(groups))}
+        feats = class_features(question, sqls, groups)
+        for g, f, gf in zip(groups, feats, ground_features(sqls, groups, lookup), strict=True):
+            rep = sqls[g.first]
+            classes.append(
+                {
+                    "features": {**f, **gf},
+                    "vote_rank": order[id(g)],
+                    **{f"correct|{c}": right(rep) for c, right in verdict.items()},
+                }
+            )
+    out["classes"] = classes
+    return out
+
+
+def cmd_table(args: argparse.Namespace) -> None:
+    run = Path(args.run)
+    examples = {str(ex.question_id): ex for ex in load_slice(args.slice)}
+    records = [r for r in read_records(run) if r.get("candidates")]
+    if args.limit:
+        order = [str(ex.question_id) for ex in load_slice(args.slice)][: args.limit]
+        wanted = set(order)
+        records = [r for r in records if str(r["question_id"]) in wanted]
+    out = RESULTS / run.name.replace(".jsonl", ".table.jsonl")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = {r["question_id"] for r in read_records(out)} if out.exists() else set()
+    with out.open("a", encoding="utf-8") as handle:
+        for record in tqdm(records, desc="table", unit="q"):
+            qid = str(record["question_id"])
+            if qid in done or record.get("gold_error"):
+                continue
+            handle.write(json.dumps(question_row(record, examples[qid])) + "\n")
+            handle.flush()
+    print(f"wrote {out}")
+
+
+# --- the rule's steps -------------------------------------------------------------------------
+
+
+def verdicts(table: Sequence[dict[str, Any]], scope: str, key: str) -> dict[str, bool]:
+    return {r["question_id"]: bool(r[scope][key]) for r in table}
+
+
+def folds_by_db(table: Sequence[dict[str, Any]], k: int = 5) -> dict[str, int]:
+    """Five folds by database, databases shuffled with seed 0 (``fit_reranker.cross_validate``)."""
+    dbs = sorted({r["db_id"] for r in table})
+    random.Random(0).shuffle(dbs)
+    return {db: i % k for i, db in enumerate(dbs)}
+
+
+def _fit_rows(table: Sequence[dict[str, Any]], scope: str, corrector: str) -> list[dict]:
+    return [
+        {
+            "question_id": r["question_id"],
+            "db_id": r["db_id"],
+            "classes": [
+                {"features": c["features"], "correct": c[f"correct|{corrector}"]}
+                for c in r[scope]["classes"]
+            ],
+        }
+        for r in table
+    ]
+
+
+def _drop(rows: Sequence[dict[str, Any]], groups: Sequence[str]) -> list[str]:
+    from fit_reranker import group_of
+
+    names = {n for row in rows for c in row["classes"] for n in c["features"]}
+    return sorted(n for n in names if _group(n, group_of) not in groups)
+
+
+def _group(name: str, group_of: Any) -> str:
+    return "ground" if name.startswith("ground_") else group_of(name)
+
+
+def fitted_choice(row: Mapping[str, Any], weights: Mapping[str, float], corrector: str) -> bool:
+    """Whether the best-scoring class (the vote's order breaking ties) is right; a question
+    with no class that runs keeps the vote's verdict."""
+    classes = sorted(row["classes"], key=lambda c: c["vote_rank"])
+    if not classes:
+        return bool(row[f"vote|{corrector}"])
+    best = max(classes, key=lambda c: score(c["features"], weights))
+    return bool(best[f"correct|{corrector}"])
+
+
+def out_of_fold(
+    table: Sequence[dict[str, Any]], scope: str, corrector: str
+) -> tuple[dict[str, bool], dict[str, float]]:
+    """The fitted selector's verdicts out of fold, and the weights fitted on the whole table."""
+    rows = _fit_rows(table, scope, corrector)
+    drop = _drop(rows, FITTED_GROUPS)
+    fold = folds_by_db(table)
+    got: dict[str, bool] = {}
+    for k in range(5):
+        weights = fit([r for r in rows if fold[r["db_id"]] != k], FITTED_L2, drop)
+        for r in table:
+            if fold[r["db_id"]] == k:
+                got[r["question_id"]] = fitted_choice(r[scope], weights, corrector)
+    return got, fit(rows, FITTED_L2, drop)
+
+
+def _line(name: str, a: dict[str, bool], b: dict[str, bool], label_b: str) -> dict[str, Any]:
+    cmp = paired(a, b)
+    text = (
+        f"{name}: {bootstrap_ci(list(a.values()))} vs {label_b} {100 * cmp.ex_b:.1f}; "
+        f"{100 * cmp.delta:+.1f} {cmp.diff} p={cmp.p_value:.3g} ({cmp.only_a} vs {cmp.only_b})"
+    )
+    print("  " + text)
+    return {
+        "name": name,
+        "against": label_b,
+        "n": cmp.n,
+        "ex": round(100 * cmp.ex_a, 1),
+        "ex_against": round(100 * cmp.ex_b, 1),
+        "delta": round(100 * cmp.delta, 1),
+        "p_value": cmp.p_value,
+        "gained": cmp.only_a,
+        "lost": cmp.only_b,
+    }
+
+
+def ahead(line: dict[str, Any]) -> bool:
+    """The rule's threshold: ahead, with McNemar p < 0.05."""
+    return line["delta"] > 0 and line["p_value"] < 0.05
+
+
+def rule16(p07: list[dict[str, Any]], p10: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rule 16's five steps in order (docs/decisions.md), on the questions both pools hold."""
+    shared = {r["question_id"] for r in p07} & {r["question_id"] for r in p10}
+    pools = {
+        "0.7": [r for r in p07 if r["question_id"] in shared],
+        "1.0": [r for r in p10 if r["question_id"] in shared],
+    }
+    n_db = len({r["db_id"] for r in pools["1.0"]})
+    print(f"decision set: {len(shared)} questions on {n_db} databases")
+    steps: dict[str, Any] = {"n": len(shared), "databases": n_db}
+
+    print("1. temperature (repair all, vote, rules)")
+    t = _line("1.0", verdicts(pools["1.0"], "all", "vote|rules"),
+              verdicts(pools["0.7"], "all", "vote|rules"), "0.7")  # fmt: skip
+    temp = "1.0" if ahead(t) else "0.7"
+    steps["temperature"] = {"line": t, "adopted": temp}
+    pool = pools[temp]
+
+    print(f"2. repair scope (T={temp}, vote, rules)")
+    none = verdicts(pool, "none", "vote|rules")
+    lines = {s: _line(s, verdicts(pool, s, "vote|rules"), none, "none") for s in ("fallback", "all")}
+    scope = "none"
+    if ahead(lines["fallback"]) and ahead(lines["all"]):
+        lines["all_vs_fallback"] = _line("all", verdicts(pool, "all", "vote|rules"),
+                                         verdicts(pool, "fallback", "vote|rules"), "fallback")  # fmt: skip
+        scope = "all" if ahead(lines["all_vs_fallback"]) else "fallback"
+    elif ahead(lines["fallback"]) or ahead(lines["all"]):
+        scope = "fallback" if ahead(lines["fallback"]) else "all"
+    steps["repair_scope"] = {"lines": lines, "adopted": scope}
+
+    print(f"3. corrector (T={temp}, {scope}, vote)")
+    c = _line("rules_intersect", verdicts(pool, scope, "vote|rules_intersect"),
+              verdicts(pool, scope, "vote|rules"), "rules")  # fmt: skip
+    corrector = "rules_intersect" if ahead(c) else "rules"
+    steps["corrector"] = {"line": c, "adopted": corrector}
+
+    print(f"4. grounded filter (T={temp}, {scope}, {corrector})")
+    g = _line("grounded", verdicts(pool, scope, f"grounded|{corrector}"),
+              verdicts(pool, scope, f"vote|{corrector}"), "vote")  # fmt: skip
+    selector = "grounded" if ahead(g) else "vote"
+    steps["selector"] = {"line": g, "adopted": selector}
+    chosen = verdicts(pool, scope, f"{selector}|{corrector}")
+
+    print(f"5. fitted selector, out of fold (T={temp}, {scope}, {corrector})")
+    oof, weights = out_of_fold(pool, scope, corrector)
+    f = _line("fitted", oof, chosen, selector)
+    adopted = "fitted" if ahead(f) else selector
+    final = oof if adopted == "fitted" else chosen
+    steps["fitted"] = {"line": f, "adopted": adopted, "weights": weights}
+
+    design = {"temperature": float(temp), "repair_scope": scope, "corrector": corrector,
+              "selector": adopted}  # fmt: skip
+    print(f"adopted: {design}")
+    print("deciding nothing:")
+    best = verdicts(pools["1.0"], "all", "grounded|rules_intersect")
+    artefact = verdicts(pools["0.7"], "none", "vote|rules")
+    steps["reported"] = [
+        _line("adopted", final, best, "today's dev-best"),
+        _line("adopted", final, artefact, "the compiled direct artefact"),
+    ]
+    steps["oracle"] = {
+        f"{t} {s}": round(100 * np.mean([r[s][f"oracle|{corrector}"] for r in p]), 1)
+        for t, p in pools.items()
+        for s in SCOPES
+    }
+    steps["adopted_ex"] = round(100 * np.mean(list(final.values())), 1)
+    print(f"oracle: {steps['oracle']}")
+    steps["design"] = design
+    return steps
+
+
+def cmd_rule16(args: argparse.Namespace) -> None:
+    result = rule16(list(read_records(args.p07)), list(read_records(args.p10)))
+    out = RESULTS / "rule16.json"
+    out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("table", help="replay a run's pool into a per-question table")
+    t.add_argument("run")
+    t.add_argument("--slice", required=True)
+    t.add_argument("--limit", type=int, default=0, help="the slice's first N questions only")
+    t.set_defaults(func=cmd_table)
+    r = sub.add_parser("rule16", help="rule 16's steps over two tables")
+    r.add_argument("--p07", required=True)
+    r.add_argument("--p10", required=True)
+    r.set_defaults(func=cmd_rule16)
+    args = parser.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Presets: named, measured configurations of a program, and the one users get by default.
+
+A preset is a program name plus switches, chosen by a rule of ``docs/decisions.md`` on the
+decision set (``spider-train-select``, cross-validated by database) and measured once on the
+reported slices. ``sqlweave ask``, ``evaluate``, ``compile``, ``serve`` and the Python API run
+:data:`DEFAULT_PRESET` when given no program options; ``--preset NAME`` (``preset=`` in Python)
+picks another, ``--set`` still overrides one switch, and an artefact records the preset it was
+built from (``inspect`` shows it).
+
+The default is the preset with the best measured EX whose time per question stays within the
+budget the README states (10 s a question on a 2-core laptop with the bundled 1.5B model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Seconds per question (cold, 2-core CPU, the bundled 1.5B model) a default may take.
+BUDGET_S_PER_QUESTION = 10.0
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named configuration: ``program`` built with ``switches``; ``summary`` says what it
+    does, ``measured`` where its figures come from (docs/results.md)."""
+
+    name: str
+    program: str
+    switches: Mapping[str, Any] = field(default_factory=dict)
+    summary: str = ""
+    measured: str = ""
+
+    def describe(self) -> str:
+        """One line: the program and its switches."""
+        sets = " ".join(f"{k}={v}" for k, v in self.switches.items())
+        return f"{self.program}" + (f" {sets}" if sets else "")
+
+
+PRESETS: dict[str, Preset] = {
+    "fast": Preset(
+        name="fast",
+        program="direct",
+        switches={},
+        summary="one LM call, then MageSQL's rule-based correction (no LM call)",
+        measured="spider-dev-200 60.0, bird-52 25.0, 1.5 s/question",
+    ),
+    "accurate": Preset(
+        name="accurate",
+        program="direct",
+        switches={
+            "samples": 8,
+            "temperature": 0.7,
+            "repair": "none",
+            "corrector": "rules",
+            "selector": "vote",
+        },
+        summary="8 candidates (the greedy one and 7 samples) chosen by the execution vote, "
+        "then the rules; its parts decided on spider-train-select by rule 16",
+        measured="docs/decisions.md, rule 16",
+    ),
+}
+
+#: What runs when no program option is given (module doc).
+DEFAULT_PRESET = "accurate"
+
+
+def names() -> list[str]:
+    """The presets' names, the default first."""
+    return [DEFAULT_PRESET, *sorted(n for n in PRESETS if n != DEFAULT_PRESET)]
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called ``name``; a ValueError naming the known ones otherwise."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown preset {name!r}; choose one of {', '.join(names())}"
+        ) from None
+
+
+def resolve(
+    program: str | None, preset: str | None, switches: Mapping[str, Any] | None = None
+) -> tuple[str, dict[str, Any], str | None]:
+    """``(program name, switches, preset name or None)`` for what a user asked.
+
+    No program and no preset: :data:`DEFAULT_PRESET`. A preset: its program and switches, with
+    ``switches`` on top (``--set`` overrides one switch); a ``program`` given beside it must be
+    the preset's own. A program alone: that program with ``switches`` (no preset).
+    """
+    given = dict(switches or {})
+    if preset is None and program is None:
+        preset = DEFAULT_PRESET
+    if preset is None:
+        return str(program), given, None
+    chosen = get_preset(preset)
+    if program is not None and program != chosen.program:
+        raise ValueError(
+            f"preset {preset!r} is a configuration of {chosen.program!r}, not {program!r}: "
+            "give one of --program and --preset"
+        )
+    return chosen.program, {**chosen.switches, **given}, chosen.name
