@@ -237,27 +237,14 @@ def ahead(line: dict[str, Any]) -> bool:
     return line["delta"] > 0 and line["p_value"] < 0.05
 
 
-def rule16(p07: list[dict[str, Any]], p10: list[dict[str, Any]]) -> dict[str, Any]:
-    """Rule 16's five steps in order (docs/decisions.md), on the questions both pools hold."""
-    shared = {r["question_id"] for r in p07} & {r["question_id"] for r in p10}
-    pools = {
-        "0.7": [r for r in p07 if r["question_id"] in shared],
-        "1.0": [r for r in p10 if r["question_id"] in shared],
-    }
-    n_db = len({r["db_id"] for r in pools["1.0"]})
-    print(f"decision set: {len(shared)} questions on {n_db} databases")
-    steps: dict[str, Any] = {"n": len(shared), "databases": n_db}
-
-    print("1. temperature (repair all, vote, rules)")
-    t = _line("1.0", verdicts(pools["1.0"], "all", "vote|rules"),
-              verdicts(pools["0.7"], "all", "vote|rules"), "0.7")  # fmt: skip
-    temp = "1.0" if ahead(t) else "0.7"
-    steps["temperature"] = {"line": t, "adopted": temp}
-    pool = pools[temp]
-
+def selection_steps(pool: list[dict[str, Any]], temp: str, steps: dict[str, Any]) -> dict:
+    """Steps 2-5 of rule 16 on one pool (module doc); fills ``steps``, returns the verdicts of
+    the adopted design and its switches."""
     print(f"2. repair scope (T={temp}, vote, rules)")
     none = verdicts(pool, "none", "vote|rules")
-    lines = {s: _line(s, verdicts(pool, s, "vote|rules"), none, "none") for s in ("fallback", "all")}
+    lines = {
+        s: _line(s, verdicts(pool, s, "vote|rules"), none, "none") for s in ("fallback", "all")
+    }
     scope = "none"
     if ahead(lines["fallback"]) and ahead(lines["all"]):
         lines["all_vs_fallback"] = _line("all", verdicts(pool, "all", "vote|rules"),
@@ -284,12 +271,42 @@ def rule16(p07: list[dict[str, Any]], p10: list[dict[str, Any]]) -> dict[str, An
     oof, weights = out_of_fold(pool, scope, corrector)
     f = _line("fitted", oof, chosen, selector)
     adopted = "fitted" if ahead(f) else selector
-    final = oof if adopted == "fitted" else chosen
     steps["fitted"] = {"line": f, "adopted": adopted, "weights": weights}
-
+    steps["oracle"] = {s: round(100 * np.mean([r[s][f"oracle|{corrector}"] for r in pool]), 1)
+                       for s in SCOPES}  # fmt: skip
     design = {"temperature": float(temp), "repair_scope": scope, "corrector": corrector,
               "selector": adopted}  # fmt: skip
-    print(f"adopted: {design}")
+    steps["design"] = design
+    final = oof if adopted == "fitted" else chosen
+    steps["adopted_ex"] = round(100 * np.mean(list(final.values())), 1)
+    steps["verdicts"] = final
+    print(f"adopted: {design}; EX {steps['adopted_ex']} (out of fold where fitted)")
+    print(f"oracle by scope ({corrector}): {steps['oracle']}")
+    return steps
+
+
+def _header(pools: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    first = next(iter(pools.values()))
+    n_db = len({r["db_id"] for r in first})
+    print(f"decision set: {len(first)} questions on {n_db} databases")
+    return {"n": len(first), "databases": n_db}
+
+
+def rule16(p07: list[dict[str, Any]], p10: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rule 16's five steps in order (docs/decisions.md), on the questions both pools hold."""
+    shared = {r["question_id"] for r in p07} & {r["question_id"] for r in p10}
+    pools = {
+        "0.7": [r for r in p07 if r["question_id"] in shared],
+        "1.0": [r for r in p10 if r["question_id"] in shared],
+    }
+    steps = _header(pools)
+    print("1. temperature (repair all, vote, rules)")
+    t = _line("1.0", verdicts(pools["1.0"], "all", "vote|rules"),
+              verdicts(pools["0.7"], "all", "vote|rules"), "0.7")  # fmt: skip
+    temp = "1.0" if ahead(t) else "0.7"
+    steps["temperature"] = {"line": t, "adopted": temp}
+    selection_steps(pools[temp], temp, steps)
+    final = steps.pop("verdicts")
     print("deciding nothing:")
     best = verdicts(pools["1.0"], "all", "grounded|rules_intersect")
     artefact = verdicts(pools["0.7"], "none", "vote|rules")
@@ -297,20 +314,40 @@ def rule16(p07: list[dict[str, Any]], p10: list[dict[str, Any]]) -> dict[str, An
         _line("adopted", final, best, "today's dev-best"),
         _line("adopted", final, artefact, "the compiled direct artefact"),
     ]
-    steps["oracle"] = {
-        f"{t} {s}": round(100 * np.mean([r[s][f"oracle|{corrector}"] for r in p]), 1)
-        for t, p in pools.items()
-        for s in SCOPES
-    }
-    steps["adopted_ex"] = round(100 * np.mean(list(final.values())), 1)
-    print(f"oracle: {steps['oracle']}")
-    steps["design"] = design
+    return steps
+
+
+def rule16a(p07: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rule 16a: steps 2-5 on P0.7 (temperature 0.7, step 1's tie value)."""
+    steps = _header({"0.7": p07})
+    steps["temperature"] = {"adopted": "0.7", "why": "rule 16a: P1.0 not complete"}
+    selection_steps(p07, "0.7", steps)
+    final = steps.pop("verdicts")
+    print("deciding nothing:")
+    steps["reported"] = [
+        _line(
+            "adopted",
+            final,
+            verdicts(p07, "none", "vote|rules"),
+            "the compiled direct artefact (P0.7, none, vote, rules)",
+        ),  # fmt: skip
+        _line(
+            "adopted",
+            final,
+            verdicts(p07, "all", "vote|rules"),
+            "P0.7 as recorded (all, vote, rules)",
+        ),  # fmt: skip
+    ]
     return steps
 
 
 def cmd_rule16(args: argparse.Namespace) -> None:
-    result = rule16(list(read_records(args.p07)), list(read_records(args.p10)))
-    out = RESULTS / "rule16.json"
+    p07 = list(read_records(args.p07))
+    if args.p10:
+        result, name = rule16(p07, list(read_records(args.p10))), "rule16.json"
+    else:
+        result, name = rule16a(p07), "rule16a.json"
+    out = RESULTS / name
     out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out}")
 
@@ -325,7 +362,7 @@ def main() -> None:
     t.set_defaults(func=cmd_table)
     r = sub.add_parser("rule16", help="rule 16's steps over two tables")
     r.add_argument("--p07", required=True)
-    r.add_argument("--p10", required=True)
+    r.add_argument("--p10", default="", help="without it: rule 16a (steps 2-5 on P0.7)")
     r.set_defaults(func=cmd_rule16)
     args = parser.parse_args()
     args.func(args)
