@@ -352,6 +352,39 @@ def cmd_rule16(args: argparse.Namespace) -> None:
     print(f"wrote {out}")
 
 
+def design_verdicts(table: Sequence[dict[str, Any]], design: str) -> dict[str, bool]:
+    """``"scope|selector|corrector"`` (e.g. ``"fallback|grounded|rules_intersect"``) replayed."""
+    scope, selector, corrector = design.split("|")
+    return verdicts(table, scope, f"{selector}|{corrector}")
+
+
+def cmd_read(args: argparse.Namespace) -> None:
+    """One design's figures on a slice's table, beside recorded runs (``--against``)."""
+    table = list(read_records(args.table))
+    got = design_verdicts(table, args.design)
+    scope, _, corrector = args.design.split("|")
+    oracle = [r[scope][f"oracle|{corrector}"] for r in table]
+    ci = bootstrap_ci(list(got.values()))
+    out: dict[str, Any] = {
+        "table": Path(args.table).name,
+        "design": args.design,
+        "n": len(got),
+        "ex": round(100 * ci.estimate, 1),
+        "interval": [round(100 * ci.low, 1), round(100 * ci.high, 1)],
+        "oracle": round(100 * float(np.mean(oracle)), 1),
+        "against": [],
+    }
+    out["selection_gap"] = round(out["oracle"] - out["ex"], 1)
+    print(f"{args.design} on {out['table']}: {ci} oracle {out['oracle']}")
+    for item in args.against or []:
+        label, _, path = item.partition("=")
+        other = {str(r["question_id"]): bool(r.get("correct")) for r in read_records(path)}
+        out["against"].append(_line("design", got, other, label))
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -364,6 +397,12 @@ def main() -> None:
     r.add_argument("--p07", required=True)
     r.add_argument("--p10", default="", help="without it: rule 16a (steps 2-5 on P0.7)")
     r.set_defaults(func=cmd_rule16)
+    d = sub.add_parser("read", help="one design's figures on a table, beside recorded runs")
+    d.add_argument("table")
+    d.add_argument("--design", required=True, help="scope|selector|corrector")
+    d.add_argument("--against", action="append", help="LABEL=records.jsonl (paired)")
+    d.add_argument("--out", default="")
+    d.set_defaults(func=cmd_read)
     args = parser.parse_args()
     args.func(args)
 
