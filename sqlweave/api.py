@@ -41,8 +41,12 @@ logger = logging.getLogger(__name__)
 
 class Result(dspy.Prediction):
     """A program's answer: ``sql``, and its execution: ``columns``, ``rows``, ``truncated``, or
-    ``error`` (an :class:`~sqlweave.db.ExecutionError`, None when the SQL ran). ``steps`` holds
-    the program's other outputs, ``prediction`` the program's own ``dspy.Prediction``."""
+    ``error`` (an :class:`~sqlweave.db.ExecutionError`, None when the SQL ran). ``confidence``:
+    the calibrated probability that the answer is right (:mod:`sqlweave.confidence`; None when
+    not judged), ``low_confidence`` when it is under the shipped threshold, ``alternatives``:
+    the other readings among the candidates (dicts of ``sql``, ``columns``, ``rows``,
+    ``share``). ``steps`` holds the program's other outputs, ``prediction`` the program's own
+    ``dspy.Prediction``."""
 
     @property
     def ok(self) -> bool:
@@ -79,6 +83,28 @@ def _run_sql(sql: str, database: Database, max_rows: int, timeout_s: float) -> d
     }
 
 
+def _judged(question: str, candidates: Any, sql: str, database: Database) -> dict[str, Any]:
+    """``confidence``, ``low_confidence`` and ``alternatives`` for a Result; judging that
+    fails (a candidate that breaks the executor, a missing model file) leaves them empty and
+    never fails the answer."""
+    from sqlweave.confidence import assess
+
+    empty = {"confidence": None, "low_confidence": None, "alternatives": []}
+    if not sql:
+        return empty
+    pool = [str(c) for c in candidates] if isinstance(candidates, list | tuple) else [sql]
+    try:
+        judged = assess(question, pool or [sql], sql, database)
+    except Exception:  # noqa: BLE001 - confidence is advice; the answer stands without it
+        logger.debug("could not judge the answer's confidence", exc_info=True)
+        return empty
+    return {
+        "confidence": judged.confidence,
+        "low_confidence": judged.low,
+        "alternatives": [a.as_dict() for a in judged.alternatives],
+    }
+
+
 class CompiledProgram(dspy.Module):
     """A program plus its provenance; calling it answers with SQL *and* the SQL's result."""
 
@@ -105,9 +131,11 @@ class CompiledProgram(dspy.Module):
         evidence: str = "",
         max_rows: int = 1000,
         timeout_s: float = 30.0,
+        confidence: bool = True,
         **kwargs: Any,
     ) -> Result:
-        """Answer ``question`` over ``db`` (a path, URL or open Database) and run the SQL.
+        """Answer ``question`` over ``db`` (a path, URL or open Database) and run the SQL;
+        ``confidence=False`` skips judging the answer (:mod:`sqlweave.confidence`).
 
         A database that cannot be opened raises :class:`~sqlweave.db.ExecutionError` before any
         LM call; SQL that fails to run is reported in ``Result.error``, never raised.
@@ -116,9 +144,11 @@ class CompiledProgram(dspy.Module):
         pred = self.program(question=question, db=database, evidence=evidence or "", **kwargs)
         sql = (pred.get("sql") if isinstance(pred, dspy.Prediction) else None) or ""
         steps = {k: v for k, v in pred.items() if k != "sql"} if pred is not None else {}
+        judged = _judged(question, steps.get("candidates"), sql, database) if confidence else {}
         return Result(
             sql=sql,
             **_run_sql(sql, database, max_rows, timeout_s),
+            **judged,
             steps=steps,
             prediction=pred,
         )

@@ -532,8 +532,31 @@ def ask(
         raise typer.Exit(code=1)
     if result.error is not None:
         typer.secho(result.error.feedback(), fg=typer.colors.YELLOW)
+        _print_confidence(result, max_rows)
         raise typer.Exit(code=1)
     typer.echo(result.table(max_rows=max_rows))
+    _print_confidence(result, max_rows)
+
+
+def _print_confidence(result: Any, max_rows: int) -> None:
+    """The answer's confidence and, when it is low, the other readings (SQL and first rows)."""
+    from sqlweave.db import QueryResult
+
+    confidence = result.get("confidence")
+    if confidence is None:
+        return
+    low = bool(result.get("low_confidence"))
+    typer.secho(
+        f"confidence: {100 * confidence:.0f}%" + (" (not sure)" if low else ""),
+        fg=typer.colors.YELLOW if low else None,
+    )
+    if not low:
+        return
+    for i, alt in enumerate(result.get("alternatives") or [], 1):
+        typer.echo(f"other reading {i} ({100 * alt['share']:.0f}% of the candidates): {alt['sql']}")
+        rows = tuple(tuple(r) for r in alt["rows"])
+        preview = QueryResult(tuple(alt["columns"]), rows).preview(max_rows=min(max_rows, 5))
+        typer.echo("  " + preview.replace("\n", "\n  "))
 
 
 def _answer_json(result: Any, max_rows: int) -> dict[str, Any]:
@@ -548,6 +571,9 @@ def _answer_json(result: Any, max_rows: int) -> dict[str, Any]:
         "error": None
         if error is None
         else {"kind": getattr(error, "kind", "error"), "message": error.feedback()},
+        "confidence": result.get("confidence"),
+        "low_confidence": result.get("low_confidence"),
+        "alternatives": list(result.get("alternatives") or []),
     }
 
 

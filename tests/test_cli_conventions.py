@@ -113,12 +113,18 @@ def test_ask_json(dummy_model: dict, demo_concert_db: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     answer = json.loads(result.output)
+    from sqlweave.confidence import packaged_threshold
+
+    confidence = answer.pop("confidence")
+    assert 0.0 <= confidence <= 1.0  # the pool's calibrated confidence (tests/test_confidence.py)
     assert answer == {
         "sql": "SELECT count(*) AS n FROM singer",
         "columns": ["n"],
         "rows": [[6]],
         "truncated": False,
         "error": None,
+        "low_confidence": confidence < packaged_threshold(),
+        "alternatives": [],
     }
     dummy_model["lm"] = DummyLM([{"sql": "SELECT zzzq FROM nowhere_table"}])
     result = runner.invoke(app, ["ask", "Names?", "--db", str(demo_concert_db), "--json"])

@@ -1,0 +1,93 @@
+"""The answer confidence (issue 62): evidence from the candidate pool, the shipped calibration,
+and the alternatives an unsure answer shows. Real SQLite, no LM."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sqlweave.confidence import (
+    FEATURES,
+    WEIGHTS_FILE,
+    Calibrator,
+    assess,
+    evidence,
+    fit_calibrator,
+    packaged_calibrators,
+    packaged_threshold,
+)
+from sqlweave.db import Database
+
+SINGERS = "SELECT count(*) FROM singer"
+CONCERTS = "SELECT count(*) FROM singer_in_concert"
+STADIUMS = "SELECT count(*) FROM stadium"
+
+
+@pytest.fixture()
+def db(demo_concert_db) -> Database:
+    database = Database.open(demo_concert_db)
+    yield database
+    database.close()
+
+
+def test_evidence_reads_how_the_pool_splits(db: Database) -> None:
+    pool = [SINGERS] * 5 + [CONCERTS] * 2 + ["SELECT nope FROM singer"]
+    features, readings = evidence("How many singers?", pool, SINGERS, db)
+    assert features["agree"] == pytest.approx(5 / 8) and features["ran"] == pytest.approx(7 / 8)
+    assert features["margin"] == pytest.approx(3 / 8)
+    assert features["empty"] == 0.0 and features["one_row"] == 1.0
+    assert set(features) == set(FEATURES)
+    assert readings[0].sql == SINGERS and readings[1].sql == CONCERTS
+    assert readings[1].share == pytest.approx(2 / 8) and readings[1].rows == ((10,),)
+
+
+def test_an_answer_outside_the_pool_agrees_with_nobody(db: Database) -> None:
+    features, _ = evidence("q", [CONCERTS] * 8, STADIUMS, db)
+    assert features["agree"] == 0.0 and features["margin"] == -1.0
+
+
+def test_confidence_rises_with_the_vote(db: Database) -> None:
+    """More candidates agreeing with the answer (the rest on one other reading) never lowers
+    the shipped pool model's confidence."""
+    seen = []
+    for k in range(1, 9):
+        pool = [SINGERS] * k + [CONCERTS] * (8 - k)
+        seen.append(assess("How many singers?", pool, SINGERS, db).confidence)
+    assert all(b >= a for a, b in zip(seen, seen[1:], strict=False)), seen
+    assert seen[-1] - seen[0] > 0.2
+
+
+def test_a_failing_or_empty_answer_is_less_sure_than_a_running_one(db: Database) -> None:
+    sure = assess("q", [SINGERS] * 8, SINGERS, db).confidence
+    empty = "SELECT Name FROM singer WHERE Country = 'Atlantis'"
+    assert assess("q", [empty] * 8, empty, db).confidence < sure
+    broken = "SELECT nope FROM singer"
+    assert assess("q", [broken] * 8, broken, db).confidence < sure
+
+
+def test_a_low_answer_carries_the_next_readings(db: Database) -> None:
+    pool = [SINGERS] * 3 + [CONCERTS] * 3 + [STADIUMS] * 2
+    judged = assess("How many?", pool, SINGERS, db, threshold=0.99)
+    assert judged.low and [a.sql for a in judged.alternatives] == [CONCERTS, STADIUMS]
+    assert assess("q", [], "", db).confidence is None
+
+
+def test_the_shipped_file_is_complete() -> None:
+    payload = json.loads(WEIGHTS_FILE.read_text(encoding="utf-8"))
+    assert payload["features"] == list(FEATURES)
+    assert set(packaged_calibrators()) == {"pool", "single"}
+    assert 0.0 < packaged_threshold() < 1.0
+    assert payload["provenance"]["pool_out_of_fold"]["precision_above"] >= 90.0
+
+
+def test_fit_calibrator_learns_the_direction_and_refuses_one_class() -> None:
+    rows = [{"agree": a / 10} for a in range(11)] * 4
+    labels = [r["agree"] > 0.5 for r in rows]
+    model = fit_calibrator(rows, labels)
+    assert model.weights["agree"] > 0
+    assert model.probability({"agree": 1.0}) > 0.5 > model.probability({"agree": 0.0})
+    with pytest.raises(ValueError, match="right and wrong"):
+        fit_calibrator(rows, [True] * len(rows))
+    again = Calibrator.from_dict(model.as_dict())
+    assert again.probability({"agree": 0.3}) == pytest.approx(model.probability({"agree": 0.3}))

@@ -1,0 +1,117 @@
+"""Presets (issue 60): named configurations that every command and the API run by default,
+checked end to end through DummyLM (the switches reach the program) and recorded in artefacts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+from typer.testing import CliRunner
+
+import sqlweave
+from sqlweave.cli import app
+from sqlweave.data import load_spider
+from sqlweave.programs.presets import DEFAULT_PRESET, PRESETS, get_preset, names, resolve
+
+runner = CliRunner()
+COUNT = "SELECT count(*) AS n FROM singer"
+
+
+@pytest.fixture()
+def db_file(tmp_path: Path, demo_concert_db: Path) -> Path:
+    return Path(shutil.copy(demo_concert_db, tmp_path / "concert_singer.sqlite"))
+
+
+def test_the_default_is_a_known_preset_within_the_budget_and_listed_first() -> None:
+    assert DEFAULT_PRESET in PRESETS and names()[0] == DEFAULT_PRESET
+    assert {"fast", "accurate"} <= set(PRESETS)
+    assert PRESETS["fast"].switches == {}  # one call + rules: direct's own defaults
+
+
+def test_resolve_default_override_and_conflicts() -> None:
+    program, switches, preset = resolve(None, None)
+    assert (program, preset) == (PRESETS[DEFAULT_PRESET].program, DEFAULT_PRESET)
+    assert switches == dict(PRESETS[DEFAULT_PRESET].switches)
+    _, switches, _ = resolve(None, "accurate", {"samples": 4})
+    assert switches["samples"] == 4  # --set overrides one switch, the rest stay the preset's
+    assert resolve("pet", None, {"x": 1}) == ("pet", {"x": 1}, None)  # a program alone: no preset
+    with pytest.raises(ValueError, match="configuration of 'direct', not 'pet'"):
+        resolve("pet", "fast")
+    with pytest.raises(ValueError, match="unknown preset 'nope'; choose one of"):
+        get_preset("nope")
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_each_preset_answers_end_to_end_with_its_switches(name: str, db_file: Path) -> None:
+    preset = PRESETS[name]
+    lm = DummyLM([{"sql": COUNT}] * 16)
+    with dspy.context(lm=lm):
+        result = sqlweave.ask("How many singers are there?", db_file, preset=name)
+    assert result.ok and result.rows == ((6,),)
+    program = result.steps  # the program's own outputs: how many candidates it chose among
+    samples = int(preset.switches.get("samples", 1))
+    assert len(program["candidates"]) == samples
+    assert lm.history  # the model was asked (samples may share one batched call)
+    built = sqlweave.api._as_program(None, {}, name)
+    for key, value in preset.switches.items():
+        assert built.switches[key] == value, key
+
+
+def test_no_program_options_run_the_default_preset(db_file: Path) -> None:
+    lm = DummyLM([{"sql": COUNT}] * 16)
+    with dspy.context(lm=lm):
+        result = sqlweave.ask("How many singers are there?", db_file)
+    expected = int(PRESETS[DEFAULT_PRESET].switches.get("samples", 1))
+    assert len(result.steps["candidates"]) == expected
+
+
+def test_cli_preset_flag_and_errors(dummy_model: dict, db_file: Path) -> None:
+    dummy_model["lm"] = DummyLM([{"sql": COUNT}] * 16)
+    ok = runner.invoke(
+        app, ["ask", "How many?", "--db", str(db_file), "--preset", "fast", "--json"]
+    )
+    assert ok.exit_code == 0, ok.output
+    answer = json.loads(ok.output)
+    assert answer["rows"] == [[6]] and 0.0 <= answer["confidence"] <= 1.0
+    bad = runner.invoke(app, ["ask", "How many?", "--db", str(db_file), "--preset", "nope"])
+    assert bad.exit_code != 0 and "unknown preset 'nope'" in bad.output
+    clash = runner.invoke(
+        app, ["ask", "How many?", "--db", str(db_file), "-p", "pet", "--preset", "fast"]
+    )
+    assert clash.exit_code != 0 and "give one of --program and --preset" in clash.output
+
+
+def test_programs_lists_presets_with_the_default_marked() -> None:
+    result = runner.invoke(app, ["programs"])
+    assert result.exit_code == 0
+    assert f"{DEFAULT_PRESET} (default):" in result.output and "fast:" in result.output
+
+
+def test_an_artefact_records_its_preset_and_inspect_shows_it(tmp_path: Path, spider_root: Path):
+    train = load_spider("train", root=spider_root)[:4]
+    with dspy.context(lm=DummyLM([])):
+        compiled = sqlweave.compile(
+            None, train, train[:1], preset="fast", optimizer="labeled", max_demos=1, progress=False
+        )
+    assert compiled.meta.extra["preset"] == "fast" and compiled.meta.program == "direct"
+    path = compiled.save(tmp_path / "fast.json")
+    shown = runner.invoke(app, ["inspect", str(path)])
+    assert shown.exit_code == 0 and "started from preset 'fast'" in shown.output
+
+
+@pytest.fixture()
+def dummy_model(monkeypatch: pytest.MonkeyPatch):
+    """The CLI's --model resolves to a DummyLM that answers ``holder["lm"]``."""
+    holder: dict[str, DummyLM] = {}
+
+    def fake_configure(model: str, **options: object) -> DummyLM:
+        dspy.configure(lm=holder["lm"])
+        return holder["lm"]
+
+    monkeypatch.setattr("sqlweave.lm.configure", fake_configure)
+    yield holder
+    dspy.configure(lm=None)
