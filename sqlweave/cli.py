@@ -461,6 +461,14 @@ ProgramOpt = Annotated[
         "(default: the default preset; sqlweave programs lists them)",
     ),
 ]
+LmThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--lm-threads",
+        help="llama.cpp threads for a local model (default: $SQLWEAVE_N_THREADS, else all "
+        "cores but one)",
+    ),
+]
 PresetOpt = Annotated[
     str | None,
     typer.Option(
@@ -485,6 +493,7 @@ def ask(
     evidence: Annotated[str, typer.Option(help="external knowledge (BIRD evidence)")] = "",
     model: ModelOpt = "local:qwen2.5-coder-1.5b",
     api_base: ApiBaseOpt = None,
+    lm_threads: LmThreadsOpt = None,
     max_rows: Annotated[int, typer.Option(help="rows to print")] = 20,
     allow_superuser: Annotated[
         bool,
@@ -512,7 +521,7 @@ def ask(
     except ExecutionError as err:
         _fail(err.message.replace("pass allow_superuser=True", "pass --allow-superuser"))
     prog, _ = _program_from(program, set_ or [], preset)
-    _configure_lm(model, api_base)
+    _configure_lm(model, api_base, lm_threads)
     try:
         result = prog(question, db=database, evidence=evidence, max_rows=max(max_rows, 1000))
     except ExecutionError as err:
@@ -633,6 +642,7 @@ def synthesize(
     ] = 0,
     model: ModelOpt = "local:qwen2.5-coder-1.5b",
     api_base: ApiBaseOpt = None,
+    lm_threads: LmThreadsOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -666,7 +676,7 @@ def synthesize(
         next(draft_queries(database, 1, seed=seed), None)
     except SynthesisError as err:
         _fail(str(err))
-    _configure_lm(model, api_base)
+    _configure_lm(model, api_base, lm_threads)
     try:
         pairs = run_synthesis(
             database,
@@ -729,14 +739,7 @@ def evaluate(
             help="stop at a gold query that fails (default: record it as a flagged miss)",
         ),
     ] = False,
-    lm_threads: Annotated[
-        int | None,
-        typer.Option(
-            "--lm-threads",
-            help="llama.cpp threads for a local model (default: $SQLWEAVE_N_THREADS, "
-            "else all cores but one); --threads is questions at once",
-        ),
-    ] = None,
+    lm_threads: LmThreadsOpt = None,
     n_threads: Annotated[
         int | None, typer.Option("--n-threads", hidden=True, help="deprecated: --lm-threads")
     ] = None,
@@ -1001,6 +1004,7 @@ def compile_cmd(
         typer.Option("--proposer-model", help="LM that proposes instructions (mipro, gepa)"),
     ] = None,
     api_base: ApiBaseOpt = None,
+    lm_threads: LmThreadsOpt = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
@@ -1045,6 +1049,7 @@ def compile_cmd(
         synthetic_out=synthetic_out,
         synthesis_check=synthesis_check,
         synthetic_val_fraction=synthetic_val_fraction,
+        lm_threads=lm_threads,
     )
 
 
@@ -1093,6 +1098,7 @@ def _compile(
     synthesis_check: bool | None = None,
     synthetic_val_fraction: float | None = None,
     preset: str | None = None,
+    lm_threads: int | None = None,
 ) -> Any:
     from sqlweave.api import compile as run_compile
     from sqlweave.data import DataError
@@ -1164,7 +1170,7 @@ def _compile(
             train or "spider", val, data_root, 24 if n_train is None else n_train, n_val, seed
         )
     prog, name = _program_from(program, switches, preset)
-    _configure_lm(model, api_base)
+    _configure_lm(model, api_base, lm_threads)
     proposer = None
     if proposer_model is not None:
         from sqlweave.lm import build_lm
@@ -1621,10 +1627,10 @@ def gnn(ctx: typer.Context) -> None:
 def demo(
     model: ModelOpt = "local:qwen2.5-coder-1.5b",
     api_base: ApiBaseOpt = None,
+    lm_threads: LmThreadsOpt = None,
     workdir: Annotated[Path, typer.Option(help="where the compiled program and runs go")] = Path(
         "runs/demo"
     ),
-    n_train: Annotated[int, typer.Option(help="bundled train examples for compiling")] = 16,
     n_dev: Annotated[int, typer.Option(help="bundled dev questions to evaluate")] = 20,
     n_val: Annotated[
         int,
@@ -1637,67 +1643,87 @@ def demo(
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """The main job: compile on bundled train data, save, evaluate on bundled dev, ask once.
+    """The main job: compile, save, evaluate the saved program beside naive, ask once.
 
-    The compile is the switch search over weave's demos (none or two, with three candidates
-    voted by execution instead of eight): the code path of the README's headline row (weave
-    compiled by the search), at demo size, on a demo-sized validation set (--n-val questions of
-    spider-train-val, databases the demos never see). Twenty dev questions keep the whole job
-    under ten minutes on a 2-core laptop; the figure is a smoke test either way.
+    The compile is the switch search from the default preset over one switch that separates
+    the ``fast`` preset from the ``accurate`` one (one candidate or eight), scored on --n-val
+    spider-train-val questions (databases the evaluation never sees): what it chose, and by how
+    much, is printed. The saved file is then evaluated on --n-dev bundled dev questions beside
+    ``naive`` on the same questions (paired: EX, interval, McNemar p), the report written, and
+    one question answered from the saved file. A smoke test at this size: the measured figures
+    are in docs/results.md.
     """
     progress = _setup_logging(verbose, quiet) >= 0
     from sqlweave.api import CompiledProgram
     from sqlweave.data import eval_slice
     from sqlweave.evaluate import evaluate as run_eval
     from sqlweave.optimizers import load_program
+    from sqlweave.programs import get as get_program
+    from sqlweave.programs.presets import DEFAULT_PRESET
 
     workdir.mkdir(parents=True, exist_ok=True)
-    artefact = workdir / "weave.json"
-    typer.secho("1/3 compile", bold=True)
-    # The code path of the README's headline compile (weave + the switch search), at demo size:
-    # three candidates rather than eight, none or two demos chosen on validation questions.
+    artefact = workdir / f"{DEFAULT_PRESET}.json"
+    typer.secho(f"1/4 compile: the {DEFAULT_PRESET} preset, the search over samples=1,8", bold=True)
     _compile(
-        program="weave",
+        program=None,
+        preset=DEFAULT_PRESET,
         out=artefact,
         optimizer="search",
         train="spider",
         data_root=data_root,
-        n_train=n_train,
-        max_demos=2,
+        n_train=4,  # the search changes switches, not demos: train is not read
+        max_demos=0,
         seed=0,
         model=model,
         api_base=api_base,
-        switches=["samples=3"],
+        switches=[],
         n_val=n_val,
         trials=2,
-        space=["num_demos=0,2"],
+        space=["samples=1,8"],
         sampler="grid",
         progress=progress,
+        lm_threads=lm_threads,
     )
-    typer.secho("2/3 evaluate the saved program", bold=True)
     program, meta = load_program(artefact)
     dev = eval_slice(_load_examples("spider", "dev", data_root), n=n_dev, seed=0)
-    identity = _run_identity(str(artefact), CompiledProgram(program, meta), model, api_base)
-    records_path = workdir / f"dev-n{len(dev)}-{_model_tag(model)}.jsonl"
-    try:
-        summary = run_eval(
-            program, dev, out_path=records_path, identity=identity, progress=progress
-        )
-    except ValueError as err:  # the records there are another run's
-        _fail(str(err))
-    _print_summary(summary)
-    _record_provenance(records_path)
+    runs: dict[str, dict[str, Any]] = {}
+    for step, (label, prog, path) in enumerate(
+        (
+            ("compiled", program, str(artefact)),
+            ("naive", get_program("naive"), "naive"),
+        ),
+        start=2,
+    ):
+        typer.secho(f"{step}/4 evaluate {label} on {len(dev)} dev questions", bold=True)
+        wrapped = CompiledProgram(prog, meta if label == "compiled" else None)
+        identity = _run_identity(path, wrapped, model, api_base)
+        records_path = workdir / f"{label}-dev-n{len(dev)}-{_model_tag(model)}.jsonl"
+        try:
+            summary = run_eval(
+                prog, dev, out_path=records_path, identity=identity, progress=progress
+            )
+        except ValueError as err:  # the records there are another run's
+            _fail(str(err))
+        _record_provenance(records_path)
+        runs[label] = {"summary": summary, "path": records_path}
+    typer.echo("")
+    for line in _paired_table(runs["compiled"]["summary"], runs["naive"]["summary"], meta):
+        typer.echo(line)
     try:
         from sqlweave.report import write_report
 
-        page = write_report([records_path], workdir / "report.html", title="sqlweave demo")
+        page = write_report(
+            [runs["compiled"]["path"], runs["naive"]["path"]],
+            workdir / "report.html",
+            title="sqlweave demo",
+        )
         typer.echo(f"report: {page.resolve()}")
     except ImportError as err:  # the report extra (matplotlib) is optional
         typer.echo(f"report skipped: {err} (pip install 'sqlweave[report]')")
-    typer.secho("3/3 ask the saved program", bold=True)
+    typer.secho("4/4 ask the saved program", bold=True)
     # Ask a question the evaluation just answered right (an easy one if any), so the demo ends
     # on the answer's rows rather than on a miss.
-    right = {r["question_id"] for r in summary["records"] if r.get("correct")}
+    right = {r["question_id"] for r in runs["compiled"]["summary"]["records"] if r.get("correct")}
     first = min(dev, key=lambda ex: (ex.question_id not in right, ex.get("difficulty") != "easy"))
     typer.echo(f"Q: {first.question}  [{first.db_id}]")
     try:
@@ -1705,10 +1731,12 @@ def demo(
             first.question,
             db=first.db_path,
             program=str(artefact),
+            preset=None,
             set_=None,
             evidence="",
             model=model,
             api_base=api_base,
+            lm_threads=lm_threads,
             max_rows=10,
             verbose=verbose,
             quiet=quiet,
@@ -1718,6 +1746,35 @@ def demo(
         # A wrong answer to the sample question is a result, not a failure of the main job.
         if done.exit_code not in (0, 1):
             raise
+
+
+def _paired_table(compiled: dict[str, Any], naive: dict[str, Any], meta: Any) -> list[str]:
+    """The main job's one table: the compiled program beside naive on the same questions."""
+    from sqlweave.evaluate import compare
+
+    cmp = compare(compiled["records"], naive["records"])
+    chosen = _search_of(meta).get("chosen") or {}
+    label = "compiled " + (" ".join(f"{k}={v}" for k, v in chosen.items()) or meta.program)
+
+    def row(name: str, summary: dict[str, Any]) -> str:
+        low, high = summary.get("interval") or (summary["ex"], summary["ex"])
+        usage = summary.get("usage") or {}
+        seconds = float(usage.get("wall_seconds") or 0.0)  # the mean over the questions
+        return (
+            f"| {name} | {summary['n']} | {100 * summary['ex']:.1f} "
+            f"[{100 * low:.1f}, {100 * high:.1f}] | {seconds:.1f} |"
+        )
+
+    low, high = cmp["delta_interval"]
+    return [
+        "| program | n | EX [95% CI] | s/q |",
+        "|---|---|---|---|",
+        row(label, compiled),
+        row("naive", naive),
+        f"paired on {cmp['n']} questions: {100 * cmp['delta']:+.1f} points "
+        f"[{100 * low:+.1f}, {100 * high:+.1f}], McNemar p = {cmp['p']:.3g} "
+        f"({cmp['only_run']} right only compiled, {cmp['only_baseline']} only naive)",
+    ]
 
 
 @models_app.command("list")
@@ -1825,14 +1882,7 @@ def serve_cmd(
         str, typer.Option(help="address to listen on (127.0.0.1: this machine only)")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
-    lm_threads: Annotated[
-        int | None,
-        typer.Option(
-            "--lm-threads",
-            help="llama.cpp threads for a local model (default: $SQLWEAVE_N_THREADS, "
-            "else all cores but one)",
-        ),
-    ] = None,
+    lm_threads: LmThreadsOpt = None,
     concurrency: Annotated[
         int,
         typer.Option(

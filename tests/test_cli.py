@@ -300,7 +300,7 @@ def test_evaluate_killed_mid_run_resumes_without_gaps_or_repeats(
     assert calls == n - len(before)  # only the unfinished questions (in flight included) ran
 
 
-def test_demo_compiles_by_switch_search_evaluates_and_asks(
+def test_demo_compiles_by_switch_search_evaluates_beside_naive_and_asks(
     dummy_model: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # demo pools from the bundle, as on a fresh install
@@ -308,14 +308,19 @@ def test_demo_compiles_by_switch_search_evaluates_and_asks(
     dummy_model["lm"] = DummyLM({"": {"sql": "SELECT count(*) FROM singer"}})
     work = tmp_path / "demo"
     args = ["demo", "--workdir", str(work), "--data-root", str(DEMO_ROOT)]
-    result = runner.invoke(app, [*args, "--n-train", "5", "--n-dev", "3"])
+    result = runner.invoke(app, [*args, "--n-dev", "3", "--n-val", "2"])
     assert result.exit_code == 0, result.output
-    assert "compiled weave with search" in result.output
-    assert "chose num_demos=" in result.output  # the switch search ran and said what it chose
-    assert "3/3 ask the saved program" in result.output
-    meta = json.loads((work / "weave.json").read_text())["meta"]
-    assert meta["optimizer"] == "search" and meta["switches"]["num_demos"] in (0, 2)
-    assert meta["switches"]["samples"] == 3  # the fixed switch travels with the artefact
+    from sqlweave.programs.presets import DEFAULT_PRESET
+
+    assert "compiled direct with search" in result.output
+    assert "chose samples=" in result.output  # the switch search ran and said what it chose
+    # one table: the compiled program beside naive on the same questions, paired
+    assert "| naive | 3 |" in result.output and "paired on 3 questions" in result.output
+    assert "McNemar p" in result.output and "4/4 ask the saved program" in result.output
+    meta = json.loads((work / f"{DEFAULT_PRESET}.json").read_text())["meta"]
+    assert meta["optimizer"] == "search" and meta["switches"]["samples"] in (1, 8)
+    assert meta["extra"]["preset"] == DEFAULT_PRESET  # the preset travels with the artefact
+    assert (work / "naive-dev-n3-x.jsonl").exists() or list(work.glob("naive-dev-n3-*.jsonl"))
 
 
 def test_programs_lists_programs_switches_and_stages() -> None:
