@@ -36,10 +36,12 @@ from sqlweave.confidence import (
     FEATURES,
     WEIGHTS_FILE,
     Calibrator,
+    confidence_figures,
     evidence,
     fit_calibrator,
     packaged_calibrators,
     packaged_threshold,
+    threshold_for,
 )
 from sqlweave.data import load_slice
 from sqlweave.evaluate import read_records
@@ -111,61 +113,8 @@ def cmd_rows(args: argparse.Namespace) -> None:
 # --- the figures ------------------------------------------------------------------------------
 
 
-def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
-    """The probability that a right answer scores above a wrong one (ties count half)."""
-    from scipy.stats import rankdata
-
-    y = np.asarray(labels, dtype=bool)
-    pos, neg = int(y.sum()), int((~y).sum())
-    if not pos or not neg:
-        return float("nan")
-    ranks = rankdata(scores)
-    return float((ranks[y].sum() - pos * (pos + 1) / 2) / (pos * neg))
-
-
-def ece(scores: Sequence[float], labels: Sequence[bool], bins: int = 10) -> float:
-    """Expected calibration error over ``bins`` equal-width bins."""
-    s, y = np.asarray(scores), np.asarray(labels, dtype=float)
-    edges = np.linspace(0, 1, bins + 1)
-    total = 0.0
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-        inside = (s >= lo) & ((s < hi) if hi < 1 else (s <= hi))
-        if inside.any():
-            total += inside.sum() / len(s) * abs(s[inside].mean() - y[inside].mean())
-    return float(total)
-
-
-def at_coverage(scores: Sequence[float], labels: Sequence[bool], coverage: float) -> float:
-    """Accuracy of the ``coverage`` share of answers the confidence ranks highest."""
-    order = np.argsort(-np.asarray(scores), kind="stable")
-    k = max(1, round(coverage * len(order)))
-    return float(np.asarray(labels, dtype=float)[order[:k]].mean())
-
-
-def threshold_for(scores: Sequence[float], labels: Sequence[bool], target: float) -> float:
-    """The lowest confidence whose answers at or above it are right ≥ ``target`` of the time."""
-    s, y = np.asarray(scores), np.asarray(labels, dtype=float)
-    for t in np.unique(s):  # ascending: the first that reaches the target keeps the most answers
-        above = s >= t
-        if above.any() and y[above].mean() >= target:
-            return float(t)
-    return 1.0
-
-
 def figures(scores: Sequence[float], labels: Sequence[bool], threshold: float) -> dict[str, Any]:
-    s, y = np.asarray(scores), np.asarray(labels, dtype=bool)
-    above = s >= threshold
-    return {
-        "n": len(s),
-        "ex": round(100 * float(y.mean()), 1),
-        "auroc": round(auroc(s, y), 3),
-        "ece": round(ece(s, y), 3),
-        "mean_confidence": round(float(s.mean()), 3),
-        **{f"acc_at_{int(100 * c)}": round(100 * at_coverage(s, y, c), 1) for c in (0.5, 0.7, 0.9)},
-        "threshold": round(threshold, 3),
-        "coverage_above": round(100 * float(above.mean()), 1),
-        "precision_above": round(100 * float(y[above].mean()), 1) if above.any() else None,
-    }
+    return confidence_figures(scores, labels, threshold)
 
 
 def _xy(rows: Sequence[dict[str, Any]], kind: str) -> tuple[list[dict], list[bool]]:

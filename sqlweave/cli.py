@@ -436,6 +436,15 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f"oracle EX {summary['oracle_ex'] * 100:.1f}% (some candidate right; selection "
             f"gap {summary['selection_gap'] * 100:.1f} points)"
         )
+    conf = summary.get("confidence")
+    if conf and conf.get("n"):
+        auroc = "n/a" if conf.get("auroc") is None else f"{conf['auroc']:.2f}"
+        typer.echo(
+            f"confidence: AUROC {auroc}, calibration error {conf['ece']:.3f}; right at 50/70/90 "
+            f"% coverage {conf['acc_at_50']:.0f}/{conf['acc_at_70']:.0f}/{conf['acc_at_90']:.0f}"
+            f"%; {conf['coverage_above']:.0f}% at or above {conf['threshold']:g}"
+            + (f", {conf['precision_above']:.0f}% of them right" if conf["precision_above"] else "")
+        )
     for level, stats in summary.get("by_difficulty", {}).items():
         lo, hi = stats.get("interval") or (stats["ex"], stats["ex"])
         typer.echo(

@@ -218,3 +218,85 @@ def fit_calibrator(
     model = LogisticRegression(C=c, max_iter=1000).fit(x, np.array(labels, dtype=int))
     weights = {k: float(w) for k, w in zip(FEATURES, model.coef_[0], strict=True)}
     return Calibrator(weights, float(model.intercept_[0]))
+
+
+# --- how well a confidence ranks and calibrates (evaluate, the report, the fitting script) ---
+
+
+def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
+    """The probability that a right answer scores above a wrong one (ties count half); NaN
+    when every answer is right or every one wrong."""
+    import numpy as np
+    from scipy.stats import rankdata
+
+    y = np.asarray(labels, dtype=bool)
+    pos, neg = int(y.sum()), int((~y).sum())
+    if not pos or not neg:
+        return float("nan")
+    ranks = rankdata(scores)
+    return float((ranks[y].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def calibration_error(scores: Sequence[float], labels: Sequence[bool], bins: int = 10) -> float:
+    """Expected calibration error over ``bins`` equal-width bins of the confidence."""
+    import numpy as np
+
+    s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=float)
+    edges = np.linspace(0, 1, bins + 1)
+    total = 0.0
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        inside = (s >= lo) & ((s < hi) if hi < 1 else (s <= hi))
+        if inside.any():
+            total += inside.sum() / len(s) * abs(s[inside].mean() - y[inside].mean())
+    return float(total)
+
+
+def accuracy_at_coverage(scores: Sequence[float], labels: Sequence[bool], coverage: float) -> float:
+    """Accuracy of the ``coverage`` share of answers the confidence ranks highest."""
+    import numpy as np
+
+    order = np.argsort(-np.asarray(scores, dtype=float), kind="stable")
+    k = max(1, round(coverage * len(order)))
+    return float(np.asarray(labels, dtype=float)[order[:k]].mean())
+
+
+def threshold_for(scores: Sequence[float], labels: Sequence[bool], target: float) -> float:
+    """The lowest confidence whose answers at or above it are right at least ``target`` of the
+    time (1.0 when none is)."""
+    import numpy as np
+
+    s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=float)
+    for t in np.unique(s):  # ascending: the first that reaches the target keeps the most answers
+        above = s >= t
+        if above.any() and y[above].mean() >= target:
+            return float(t)
+    return 1.0
+
+
+def confidence_figures(
+    scores: Sequence[float], labels: Sequence[bool], threshold: float | None = None
+) -> dict[str, Any]:
+    """AUROC, calibration error, accuracy at 50 / 70 / 90 % coverage, and the share kept and
+    right at or above ``threshold`` (default: the shipped one), percentages in 0-100."""
+    import numpy as np
+
+    cut = packaged_threshold() if threshold is None else threshold
+    s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=bool)
+    if not len(s):
+        return {"n": 0}
+    above = s >= cut
+    area = auroc(s, y)
+    return {
+        "n": len(s),
+        "ex": round(100 * float(y.mean()), 1),
+        "auroc": None if math.isnan(area) else round(area, 3),
+        "ece": round(calibration_error(s, y), 3),
+        "mean_confidence": round(float(s.mean()), 3),
+        **{
+            f"acc_at_{int(100 * c)}": round(100 * accuracy_at_coverage(s, y, c), 1)
+            for c in (0.5, 0.7, 0.9)
+        },
+        "threshold": round(cut, 3),
+        "coverage_above": round(100 * float(above.mean()), 1),
+        "precision_above": round(100 * float(y[above].mean()), 1) if above.any() else None,
+    }

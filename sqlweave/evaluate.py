@@ -115,6 +115,28 @@ def read_run_identity(out_path: str | Path) -> dict[str, Any] | None:
     return payload["_run"]
 
 
+def recorded_run_matches(
+    run: str | Path, identity: Mapping[str, Any], question_ids: Iterable[str]
+) -> bool:
+    """Whether the recorded run ``run`` stands for a run of ``identity`` on ``question_ids``.
+
+    Its identity (:func:`read_run_identity`) must hold every item of ``identity`` with the same
+    value (e.g. ``program``, ``slice``, ``model`` and the full ``switches``: one switch apart is
+    another program), and its records must answer exactly ``question_ids`` (a ``--limit`` run
+    does not); ``question_ids`` is read only when the identity matches. Raises
+    FileNotFoundError when ``run`` or its identity file is missing.
+    """
+    meta = read_run_identity(run) if Path(run).is_file() else None
+    if meta is None:
+        raise FileNotFoundError(
+            f"{run}: a recorded run needs its records and its {run_identity_path(run).name} "
+            "beside them"
+        )
+    if any(meta.get(key) != value for key, value in identity.items()):
+        return False
+    return {r.get("question_id") for r in read_records(run)} == set(question_ids)
+
+
 def _normal(identity: dict[str, Any]) -> dict[str, Any]:
     """The identity as it reads back from JSON (tuples become lists, keys strings)."""
     return json.loads(json.dumps(identity, sort_keys=True, default=str))
@@ -293,7 +315,22 @@ def _evaluate_one(
         record["candidates"] = pool
         record["oracle"] = bool(match.correct) or any(c["correct"] for c in pool)
         record["eval_seconds"] = round(time.perf_counter() - start, 4)
+    if pred_sql.strip() and gold_error is None:
+        record["confidence"] = _confidence(example, pool, pred_sql, database)
     return record
+
+
+def _confidence(example: Any, pool: list[dict[str, Any]], sql: str, database: Any) -> float | None:
+    """The answer's calibrated confidence (:mod:`sqlweave.confidence`), or None when it could
+    not be judged; judging never fails a record."""
+    from sqlweave.confidence import assess
+
+    try:
+        judged = assess(str(example.question), [c["sql"] for c in pool] or [sql], sql, database)
+    except Exception:  # noqa: BLE001 - advice about the answer; the record stands without it
+        logger.debug("could not judge %s's confidence", example.question_id, exc_info=True)
+        return None
+    return None if judged.confidence is None else round(judged.confidence, 4)
 
 
 def candidates_of(pred: Any) -> list[dict[str, Any]]:
@@ -604,6 +641,13 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             if isinstance(value, int | float) and not isinstance(value, bool):
                 totals[key] = totals.get(key, 0) + value
     oracle = oracle_ex(records)
+    judged = [r for r in records if isinstance(r.get("confidence"), int | float)]
+    if judged:
+        from sqlweave.confidence import confidence_figures
+
+        confidence = confidence_figures(
+            [float(r["confidence"]) for r in judged], [bool(r.get("correct")) for r in judged]
+        )
     return {
         "ex": correct / n if n else 0.0,
         "interval": _interval([bool(r.get("correct")) for r in records]),
@@ -616,6 +660,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "errors": sum(r.get("error") is not None for r in records),
         "failed": failed_outside_sql(records),
         "by_difficulty": by_difficulty,
+        **({"confidence": confidence} if judged else {}),
         "usage": {k: v / n for k, v in totals.items()} if n else {},
         "usage_total": totals,
         "records": list(records),

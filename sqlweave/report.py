@@ -422,6 +422,77 @@ def plot_cost(runs: Sequence[Run]) -> str:
     return _png_uri(fig)
 
 
+def judged(run: Run) -> tuple[list[float], list[bool]]:
+    """The run's answers that carry a confidence: (confidences, right or not)."""
+    rows = [r for r in run.records if isinstance(r.get("confidence"), int | float)]
+    return [float(r["confidence"]) for r in rows], [bool(r.get("correct")) for r in rows]
+
+
+def plot_confidence(runs: Sequence[Run]) -> str:
+    """A reliability diagram (10 bins of at least 5 answers) and a risk-coverage curve."""
+    import numpy as np
+
+    fig = _figure(9, 3.8)
+    rel, risk = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    rel.plot([0, 1], [0, 1], ls=":", c="grey")
+    for run, colour in zip(runs, _colours(len(runs)), strict=True):
+        scores, labels = judged(run)
+        if not scores:
+            continue
+        s, y = np.asarray(scores), np.asarray(labels, dtype=float)
+        edges = np.linspace(0, 1, 11)
+        xs, ys = [], []
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+            inside = (s >= lo) & ((s < hi) if hi < 1 else (s <= hi))
+            if inside.sum() >= 5:
+                xs.append(s[inside].mean())
+                ys.append(y[inside].mean())
+        rel.plot(xs, ys, marker="o", color=colour, label=run.name)
+        order = np.argsort(-s, kind="stable")
+        kept = np.arange(1, len(order) + 1)
+        risk.plot(kept / len(order), 1 - np.cumsum(y[order]) / kept, color=colour, label=run.name)
+    rel.set_title("reliability: share right per confidence bin", fontsize=10)
+    rel.set_xlabel("confidence")
+    risk.set_title("risk-coverage: error among the most confident answers", fontsize=10)
+    risk.set_xlabel("coverage")
+    for ax in (rel, risk):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _png_uri(fig)
+
+
+def _confidence_section(runs: Sequence[Run]) -> list[str]:
+    """Confidence figures and plots, when some run's records carry a confidence."""
+    from sqlweave.confidence import confidence_figures
+
+    figures = [(run, confidence_figures(*judged(run))) for run in runs if judged(run)[0]]
+    if not figures:
+        return []
+    return [
+        "<h2>Confidence</h2>",
+        '<p class="note">Each answer\'s calibrated confidence (sqlweave.confidence) against '
+        "whether it was right: AUROC (how well it ranks right above wrong), calibration error "
+        "(10 bins), accuracy of the most confident 50 / 70 / 90 %, and the answers at or above "
+        "the shipped threshold.</p>",
+        _table(
+            ["run", "n", "AUROC", "calibration error", "right at 50/70/90 %", "kept, right"],
+            [
+                [
+                    run.name,
+                    f["n"],
+                    "–" if f["auroc"] is None else f"{f['auroc']:.3f}",
+                    f"{f['ece']:.3f}",
+                    f"{f['acc_at_50']:.1f} / {f['acc_at_70']:.1f} / {f['acc_at_90']:.1f}",
+                    f"{f['coverage_above']:.1f} %, "
+                    + ("–" if f["precision_above"] is None else f"{f['precision_above']:.1f} %"),
+                ]
+                for run, f in figures
+            ],
+        ),
+        _img(plot_confidence(runs), "reliability diagram and risk-coverage curve"),
+    ]
+
+
 # --- the page --------------------------------------------------------------------------------------
 
 _CSS = """
@@ -735,6 +806,7 @@ def render_report(runs: Sequence[Run], title: str = "sqlweave evaluation report"
     else:
         parts.append('<p class="note">One run: pass more files to compare them with the first.</p>')
     parts += [
+        *_confidence_section(runs),
         "<h2>Error classes</h2>",
         _img(plot_error_classes(runs), "error classes per run"),
         _table(["run", *ERROR_CLASSES], [[run.name, *run.classes().values()] for run in runs]),

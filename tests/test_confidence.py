@@ -91,3 +91,34 @@ def test_fit_calibrator_learns_the_direction_and_refuses_one_class() -> None:
         fit_calibrator(rows, [True] * len(rows))
     again = Calibrator.from_dict(model.as_dict())
     assert again.probability({"agree": 0.3}) == pytest.approx(model.probability({"agree": 0.3}))
+
+
+def test_evaluation_records_carry_confidence_and_the_summary_scores_it(data_root, tmp_path):
+    """A program that answers half its questions with the gold query and half with a wrong
+    one: every record is judged, and the summary ranks and calibrates the judgement."""
+    import dspy
+
+    from sqlweave import data
+    from sqlweave.evaluate import evaluate
+    from sqlweave.report import load_run, render_report
+
+    examples = data.eval_slice(data.load_spider("dev", root=data_root), n=8, seed=0)
+    gold = {e.question: e.gold_sql for e in examples}
+    wrong = {e.question for e in examples[::2]}
+
+    def program(question, db_id, evidence, db_path):
+        sql = "SELECT 1 WHERE 0" if question in wrong else gold[question]
+        return dspy.Prediction(sql=sql, candidates=[sql])
+
+    out = tmp_path / "run.jsonl"
+    summary = evaluate(program, examples, out_path=out, progress=False, usage_tracker=None)
+    scores = [r["confidence"] for r in summary["records"]]
+    assert all(isinstance(s, float) and 0.0 <= s <= 1.0 for s in scores)
+    figures = summary["confidence"]
+    assert figures["n"] == len(examples) and figures["ex"] == 100 * summary["ex"]
+    # the wrong answers return nothing: the single model is less sure of each of them
+    right = [r["confidence"] for r in summary["records"] if r["correct"]]
+    missed = [r["confidence"] for r in summary["records"] if not r["correct"]]
+    assert max(missed) < min(right) and figures["auroc"] == 1.0
+    page = render_report([load_run(out)])
+    assert "<h2>Confidence</h2>" in page and "reliability diagram" in page
