@@ -83,7 +83,13 @@ def _run_sql(sql: str, database: Database, max_rows: int, timeout_s: float) -> d
     }
 
 
-def _judged(question: str, candidates: Any, sql: str, database: Database) -> dict[str, Any]:
+def _judged(
+    question: str,
+    candidates: Any,
+    sql: str,
+    database: Database,
+    recalibration: dict[str, float] | None = None,
+) -> dict[str, Any]:
     """``confidence``, ``low_confidence`` and ``alternatives`` for a Result; judging that
     fails (a candidate that breaks the executor, a missing model file) leaves them empty and
     never fails the answer."""
@@ -94,7 +100,7 @@ def _judged(question: str, candidates: Any, sql: str, database: Database) -> dic
         return empty
     pool = [str(c) for c in candidates] if isinstance(candidates, list | tuple) else [sql]
     try:
-        judged = assess(question, pool or [sql], sql, database)
+        judged = assess(question, pool or [sql], sql, database, recalibration=recalibration)
     except Exception:  # noqa: BLE001 - confidence is advice; the answer stands without it
         logger.debug("could not judge the answer's confidence", exc_info=True)
         return empty
@@ -144,7 +150,10 @@ class CompiledProgram(dspy.Module):
         pred = self.program(question=question, db=database, evidence=evidence or "", **kwargs)
         sql = (pred.get("sql") if isinstance(pred, dspy.Prediction) else None) or ""
         steps = {k: v for k, v in pred.items() if k != "sql"} if pred is not None else {}
-        judged = _judged(question, steps.get("candidates"), sql, database) if confidence else {}
+        refit = self.meta.extra.get("confidence")
+        judged = (
+            _judged(question, steps.get("candidates"), sql, database, refit) if confidence else {}
+        )
         return Result(
             sql=sql,
             **_run_sql(sql, database, max_rows, timeout_s),
@@ -462,10 +471,12 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     report = outcome.report
     val_ex_pct = None
     val_calls = 0
+    refit = None
     if valset:
         with track_usage() as usage:
             summary = evaluate(outcome.program, valset, out_path=None, progress=progress)
         val_ex_pct, val_calls = 100 * summary["ex"], usage.calls
+        refit = _refit_confidence(summary["records"])
     meta = ArtifactMeta(
         program=name,
         switches=dict(getattr(outcome.program, "switches", getattr(student, "switches", {}))),
@@ -491,6 +502,7 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
             **({"details": report.details} if report.details else {}),
             **({"synthetic": synthetic.record} if synthetic is not None else {}),
             **({"preset": preset_name} if preset_name is not None else {}),
+            **({"confidence": refit} if refit is not None else {}),
         },
     )
     logger.info(
@@ -502,6 +514,17 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
         "n/a" if val_ex_pct is None else f"{val_ex_pct:.1f}",
     )
     return CompiledProgram(outcome.program, meta)
+
+
+def _refit_confidence(records: Sequence[dict[str, Any]]) -> dict[str, float] | None:
+    """The confidence refitted on the compile's validation answers (Platt scaling of the
+    shipped model, :func:`sqlweave.confidence.recalibrate`), or None when too few."""
+    from sqlweave.confidence import recalibrate
+
+    judged = [r for r in records if isinstance(r.get("confidence"), int | float)]
+    return recalibrate(
+        [float(r["confidence"]) for r in judged], [bool(r.get("correct")) for r in judged]
+    )
 
 
 def ask(

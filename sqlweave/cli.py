@@ -1518,14 +1518,22 @@ def _summary_lines(program: Any, meta: Any, payload: dict[str, Any]) -> list[str
 
 
 def _preset_lines(meta: Any) -> list[str]:
-    """The preset the compile started from (its switches as the preset defines them today)."""
+    """The preset the compile started from (its switches as the preset defines them today),
+    and the confidence refitted on its validation answers."""
+    lines = []
     name = meta.extra.get("preset")
-    if not name:
-        return []
-    from sqlweave.programs.presets import PRESETS
+    if name:
+        from sqlweave.programs.presets import PRESETS
 
-    known = PRESETS.get(name)
-    return [f"started from preset {name!r}" + (f": {known.describe()}" if known else "")]
+        known = PRESETS.get(name)
+        lines.append(f"started from preset {name!r}" + (f": {known.describe()}" if known else ""))
+    refit = meta.extra.get("confidence")
+    if refit:
+        lines.append(
+            f"confidence refitted on {int(refit['n'])} validation answers "
+            f"(Platt: a {refit['a']:.2f}, b {refit['b']:+.2f})"
+        )
+    return lines
 
 
 def _changed(switches: list[str], diff: list[str]) -> bool:

@@ -186,11 +186,13 @@ def assess(
     calibrators: Mapping[str, Calibrator] | None = None,
     threshold: float | None = None,
     max_alternatives: int = 2,
+    recalibration: Mapping[str, float] | None = None,
 ) -> Assessment:
     """The answer's calibrated confidence and, after it, the other readings (module doc).
 
     ``candidates``: the pool the program chose among (``[sql]`` for a one-call program, which
-    the ``single`` model judges). ``calibrators`` and ``threshold`` default to the shipped ones.
+    the ``single`` model judges). ``calibrators`` and ``threshold`` default to the shipped ones;
+    ``recalibration``: a compile's refit on its validation answers (:func:`recalibrate`).
     """
     if not sql:
         return Assessment(None, True)
@@ -199,9 +201,36 @@ def assess(
     features, readings = evidence(question, candidates, sql, db)
     distinct = [c for c in dict.fromkeys(candidates) if c]
     model = models["pool"] if len(distinct) > 1 or len(candidates) > 1 else models["single"]
-    confidence = model.probability(features)
+    confidence = recalibrated(model.probability(features), recalibration)
     alternatives = tuple(readings[1 : 1 + max_alternatives])
     return Assessment(confidence, confidence < cut, features, alternatives)
+
+
+#: Validation answers a compile needs before it refits the confidence (fewer: the shipped one).
+MIN_REFIT = 30
+
+
+def recalibrate(scores: Sequence[float], labels: Sequence[bool]) -> dict[str, float] | None:
+    """Platt scaling of the shipped confidence on a compile's own validation answers:
+    ``{"a", "b", "n"}`` for ``sigmoid(a * logit(p) + b)``, or None with fewer than
+    :data:`MIN_REFIT` answers or only right (or only wrong) ones."""
+    if len(scores) < MIN_REFIT or len(set(labels)) < 2:
+        return None
+    fitted = fit_calibrator([{"agree": _logit(p)} for p in scores], labels)
+    return {"a": fitted.weights["agree"], "b": fitted.bias, "n": float(len(scores))}
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-6), 1 - 1e-6)
+    return math.log(p / (1 - p))
+
+
+def recalibrated(p: float, params: Mapping[str, float] | None) -> float:
+    """``p`` through a compile's :func:`recalibrate` parameters (unchanged without them)."""
+    if not params:
+        return p
+    z = params["a"] * _logit(p) + params["b"]
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
 
 
 def fit_calibrator(

@@ -122,3 +122,41 @@ def test_evaluation_records_carry_confidence_and_the_summary_scores_it(data_root
     assert max(missed) < min(right) and figures["auroc"] == 1.0
     page = render_report([load_run(out)])
     assert "<h2>Confidence</h2>" in page and "reliability diagram" in page
+
+
+def test_recalibration_needs_enough_mixed_answers_and_moves_toward_them() -> None:
+    from sqlweave.confidence import MIN_REFIT, recalibrate, recalibrated
+
+    assert recalibrate([0.9] * (MIN_REFIT - 1), [True, False] * 14 + [True]) is None
+    assert recalibrate([0.9] * MIN_REFIT, [True] * MIN_REFIT) is None
+    # an over-sure model: 0.9 everywhere, right half the time; the refit pulls it toward 0.5
+    params = recalibrate([0.9] * 40, [True, False] * 20)
+    assert params is not None and params["n"] == 40
+    assert abs(recalibrated(0.9, params) - 0.5) < 0.1
+    assert recalibrated(0.7, None) == 0.7
+
+
+def test_a_compile_with_enough_validation_refits_and_the_artefact_uses_it(spider_root, tmp_path):
+    import dspy
+    from dspy.utils import DummyLM
+
+    import sqlweave
+    from sqlweave.confidence import MIN_REFIT
+    from sqlweave.data import load_spider
+
+    train = load_spider("train", root=spider_root)
+    val = train[: MIN_REFIT + 2]
+    with dspy.context(lm=DummyLM({"": {"sql": "SELECT count(*) FROM singer"}})):
+        compiled = sqlweave.compile(
+            None, train[-4:], val, preset="fast", optimizer="labeled", max_demos=0, progress=False
+        )
+    refit = compiled.meta.extra.get("confidence")
+    # every answer is wrong on these databases: one class, so nothing is refitted
+    assert refit is None
+    answers = [{"confidence": 0.9, "correct": i % 2 == 0} for i in range(MIN_REFIT + 2)]
+    params = sqlweave.api._refit_confidence(answers)
+    assert params is not None and params["n"] == MIN_REFIT + 2
+    compiled.meta.extra["confidence"] = params
+    path = compiled.save(tmp_path / "fast.json")
+    loaded = sqlweave.load(path)
+    assert loaded.meta.extra["confidence"] == params
