@@ -23,6 +23,8 @@ Nothing here is chosen on a report slice: the optimizer sees train and spider-tr
     python experiments/compile_vs_uncompiled.py --table   # results/compile/README.md
 
 ``--n-threads`` sets the llama.cpp threads of every step (``SQLWEAVE_N_THREADS`` for the compile).
+``--no-run`` runs no step: it prints each step's command and writes the summary from the artefact
+and the protocol summaries already there (none without an artefact).
 """
 
 from __future__ import annotations
@@ -113,11 +115,13 @@ def _stem(args: argparse.Namespace) -> str:
     return f"{args.program}__{optimizer}__{model_tag(args.model)}"
 
 
-def _run(cmd: list[str], env: dict[str, str]) -> None:
-    """Run one step; from this folder, so ``python -m sqlweave`` imports the installed package
-    (on ``PYTHONPATH`` or the venv), never a ``sqlweave/`` folder in the caller's directory."""
+def _run(cmd: list[str], env: dict[str, str], no_run: bool = False) -> None:
+    """Run one step (only print its command with ``no_run``); from this folder, so ``python -m
+    sqlweave`` imports the installed package (on ``PYTHONPATH`` or the venv), never a
+    ``sqlweave/`` folder in the caller's directory."""
     print("$", " ".join(cmd[1:]), flush=True)
-    subprocess.run(cmd, check=True, env=env, cwd=HERE)
+    if not no_run:
+        subprocess.run(cmd, check=True, env=env, cwd=HERE)
 
 
 def _interval(summary: dict[str, Any]) -> dict[str, Any]:
@@ -274,6 +278,9 @@ def main() -> None:
     parser.add_argument(
         "--tag", default="", help="names this compile's files apart from an earlier one's"
     )
+    parser.add_argument(
+        "--no-run", action="store_true", help="print the steps; summarise what is already there"
+    )
     args = parser.parse_args()
     if args.table:
         text = table()
@@ -290,15 +297,19 @@ def main() -> None:
     compile_wall = None
     if args.recompile or not artefact.exists():
         started = time.perf_counter()
-        _run(compile_command(args, artefact), env)
-        compile_wall = round(time.perf_counter() - started, 1)
+        _run(compile_command(args, artefact), env, args.no_run)
+        if not args.no_run:
+            compile_wall = round(time.perf_counter() - started, 1)
     for slice_name in args.slices:
         before = (
             PROTOCOL_RESULTS / f"{protocol_stem(args.program, '', slice_name, args.model)}.json"
         )
         if not args.skip_uncompiled and not before.exists():
-            _run(protocol_command(args, slice_name, None), env)
-        _run(protocol_command(args, slice_name, artefact), env)
+            _run(protocol_command(args, slice_name, None), env, args.no_run)
+        _run(protocol_command(args, slice_name, artefact), env, args.no_run)
+    if not artefact.exists():  # --no-run before the compile
+        print(f"no {artefact.name} yet: no summary")
+        return
     out = RESULTS / f"{_stem(args)}.json"
     if compile_wall is None:
         compile_wall = previous_compile_wall(out)

@@ -6,10 +6,11 @@ the results: ``classes`` re-executes each candidate on its database and writes e
 execution classes as features with a label (the class's first member was right: the recorded
 verdict, the benchmark's semantics) to ``results/reranker/*.classes.jsonl``: the one slow step.
 
-``fit`` fits a conditional logit (a softmax over each question's classes, L2 penalty ``--l2``)
-on class files of ``spider-train-select`` (train databases outside validation) and writes the
-weights; ``cv`` cross-validates every set of feature groups (or ``--features``) × ``--l2`` ×
-``--max-share`` gates there (five folds by database) to choose them without validation;
+``fit`` fits a conditional logit (a softmax over each question's classes, L2 penalty ``--l2``;
+:func:`sqlweave.programs.reranker.fit_weights`) on class files of ``spider-train-select`` (train
+databases outside validation) and writes the weights; ``cv`` cross-validates every set of
+feature groups (or ``--features``) × ``--l2`` × ``--max-share`` gates there (five folds by
+database) to choose them without validation;
 ``replay`` scores weights against the vote on other class files (validation to check the choice,
 dev and bird to report it), paired on the same questions:
 
@@ -34,13 +35,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 from tqdm import tqdm
 
 from sqlweave.data import load_slice
 from sqlweave.db import Database
 from sqlweave.evaluate import read_records
-from sqlweave.programs.reranker import class_features, gated, score
+from sqlweave.programs.reranker import class_design as design
+from sqlweave.programs.reranker import class_features, fit_weights
+from sqlweave.programs.reranker import replay_choices as choices
 from sqlweave.programs.voting import execution_groups, origin_is_greedy, ranked_groups
 from sqlweave.stats import bootstrap_ci, paired
 
@@ -166,64 +168,13 @@ def cross_validate(
     return out
 
 
-def design(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> list[tuple[np.ndarray, int]]:
-    """(features matrix, index of the right class) for every question a selector can change."""
-    out = []
-    for row in rows:
-        classes = row["classes"]
-        right = [i for i, c in enumerate(classes) if c["correct"]]
-        if len(classes) < 2 or len(right) != 1:
-            continue
-        x = np.array([[c["features"].get(n, 0.0) for n in names] for c in classes], dtype=float)
-        out.append((x, right[0]))
-    return out
-
-
 def fit(rows: Sequence[dict[str, Any]], l2: float, drop: Sequence[str] = ()) -> dict[str, float]:
-    """Conditional-logit weights (mean log-likelihood of the right class, minus ``l2``·|w|²/2n)."""
-    names = sorted({n for row in rows for c in row["classes"] for n in c["features"]} - set(drop))
-    data = design(rows, names)
-    if not data:
-        raise SystemExit("no question with a right and a wrong class to fit on")
-    n = len(data)
-    # All questions' classes stacked, one softmax per question's segment (reduceat), so one
-    # loss evaluation is a few array operations whatever the number of questions.
-    x_all = np.vstack([x for x, _ in data])
-    starts = np.cumsum([0] + [len(x) for x, _ in data[:-1]])
-    owner = np.repeat(np.arange(n), [len(x) for x, _ in data])
-    right = starts + np.array([y for _, y in data])
-
-    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
-        s = x_all @ w
-        s -= np.maximum.reduceat(s, starts)[owner]
-        e = np.exp(s)
-        p = e / np.add.reduceat(e, starts)[owner]
-        total = -np.log(p[right] + 1e-12).sum()
-        grad = -(x_all[right].sum(axis=0) - p @ x_all)
-        return total / n + l2 * (w @ w) / (2 * n), grad / n + l2 * w / n
-
-    res = minimize(loss, np.zeros(len(names)), jac=True, method="L-BFGS-B")
-    return {name: float(v) for name, v in zip(names, res.x, strict=True)}
-
-
-def choices(
-    rows: Sequence[dict[str, Any]], weights: dict[str, float] | None, max_share: float = 1.0
-) -> dict[str, bool]:
-    """Per question: is the chosen class right? ``weights=None`` replays the vote; the weights
-    overturn it only where its top class holds at most ``max_share`` of the vote."""
-    out = {}
-    for row in rows:
-        classes = row["classes"]
-        if not classes:
-            out[row["question_id"]] = row["fallback_correct"]
-            continue
-        ordered = sorted(classes, key=lambda c: c["vote_rank"])
-        if weights is None or not gated(ordered[0]["features"]["share"], max_share):
-            best = ordered[0]
-        else:
-            best = max(ordered, key=lambda c: score(c["features"], weights))
-        out[row["question_id"]] = best["correct"]
-    return out
+    """Conditional-logit weights (:func:`sqlweave.programs.reranker.fit_weights`); stops the
+    script when no question has a right and a wrong class."""
+    try:
+        return fit_weights(rows, l2, drop)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
 
 
 def cmd_fit(args: argparse.Namespace) -> None:

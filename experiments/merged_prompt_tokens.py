@@ -19,29 +19,20 @@ import json
 import statistics
 from pathlib import Path
 
-import dspy
-from dspy.utils import DummyLM
 from tqdm import tqdm
 
 from sqlweave.data import load_slice
+from sqlweave.lm.usage import prompt_tokens_per_call
 from sqlweave.programs import get
 
 RESULTS = Path(__file__).resolve().parent / "results" / "schema_filter"
 
 
 def prompt_tokens(program_name: str, examples: list, count) -> list[float]:
-    """Mean tokens per LM call of ``program_name`` on each example (stand-in LM)."""
-    per_question = []
-    for ex in tqdm(examples, desc=examples[0].db_id if examples else "", unit="q"):
-        lm = DummyLM({"": {"sql": "SELECT 1"}})
-        with dspy.context(lm=lm):
-            get(program_name)(question=ex.question, db=ex.db_path, evidence=ex.evidence or "")
-        calls = [
-            sum(count(str(m.get("content", ""))) for m in call.get("messages") or [])
-            for call in lm.history
-        ]
-        per_question.append(statistics.mean(calls) if calls else 0.0)
-    return per_question
+    """Mean tokens per LM call of ``program_name`` on each example (stand-in LM:
+    :func:`sqlweave.lm.usage.prompt_tokens_per_call`)."""
+    shown = tqdm(examples, desc=examples[0].db_id if examples else "", unit="q")
+    return prompt_tokens_per_call(lambda: get(program_name), shown, count)
 
 
 def main() -> None:

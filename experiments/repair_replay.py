@@ -5,7 +5,8 @@ A run that records every candidate (``ensemble`` with ``early_stop=false``; ``di
 gives each failing candidate the joins its stray columns need
 (:func:`sqlweave.programs.joins.complete_joins`, the ``joins`` corrector), and scores three
 scopes of the program's ``repair_scope`` with its selection (the ``across`` selector, greedy
-weight 2, then MageSQL's rules on the winner, as :mod:`selection_replay` does):
+weight 2, then MageSQL's rules on the winner, as :mod:`selection_replay` does;
+:func:`sqlweave.programs.replay.repair_scopes`):
 
 * ``none``: the pool as drawn;
 * ``all``: every failing candidate replaced by its repair where that runs;
@@ -21,55 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from selection_replay import Judge, pick, repair_joins
-
-from sqlweave.programs.voting import origin_generator
+from sqlweave.programs.replay import repair_scopes as scores
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ensemble"
-SCOPES = ("none", "all", "fallback")
-
-
-def scores(
-    records: Sequence[dict[str, Any]],
-    examples: dict[str, Any],
-    subsets: Sequence[tuple[str, ...]],
-) -> dict[str, dict[str, float]]:
-    """``{"<subset> | <scope>": {"ex", "oracle", "n"}}`` (percent) for each subset and scope."""
-    from sqlweave.db import ExecutionError
-
-    mended = {str(r["question_id"]): r for r in repair_joins(records, examples)}
-    tally: dict[str, list[int]] = {}
-    for record in records:
-        qid = str(record["question_id"])
-        example = examples.get(qid)
-        if example is None or qid not in mended or not record.get("candidates"):
-            continue
-        judge = Judge(example)
-        for subset in subsets:
-            drawn, weights = pick(record["candidates"], None, subset, 2.0)
-            fixed, fixed_w = pick(mended[qid]["candidates"], None, subset, 2.0)
-            if not drawn:
-                continue
-            runs = any(
-                not isinstance(judge.db.try_execute(c["sql"]), ExecutionError) for c in drawn
-            )
-            for scope in SCOPES:
-                repaired = scope == "all" or (scope == "fallback" and not runs)
-                pool, w = (fixed, fixed_w) if repaired else (drawn, weights)
-                sources = [origin_generator(c["origin"]) for c in pool]
-                winner = judge.fixed(judge.select([c["sql"] for c in pool], w, sources))
-                row = tally.setdefault(f"{','.join(subset)} | {scope}", [0, 0, 0])
-                row[0] += judge.correct(winner)
-                row[1] += any(judge.correct(judge.fixed(c["sql"])) for c in pool)
-                row[2] += 1
-    return {
-        key: {"ex": round(100 * h / n, 1), "oracle": round(100 * o / n, 1), "n": n}
-        for key, (h, o, n) in tally.items()
-    }
 
 
 def main() -> None:

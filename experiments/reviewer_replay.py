@@ -7,7 +7,8 @@ instruction ``x`` by ``log p(y | x)`` (the *coder*: how likely the model is to w
 sampling). The reviewer favours a query that accounts for the whole question: a dropped
 condition or a wrong grouping makes the question less likely given the SQL.
 
-Step ``score`` (LM): one SQL text per result class (:func:`representatives`) of every question with
+Step ``score`` (LM): one SQL text per result class
+(:func:`sqlweave.programs.replay.representatives`) of every question with
 more than one class is scored both ways by a local model, the question's schema first in both
 prompts so the KV cache reads it once per database; one JSONL line per question, resumable.
 
@@ -32,6 +33,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from sqlweave.programs.replay import distinct_texts, representatives
 from sqlweave.programs.voting import origin_generator, origin_is_greedy
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ensemble"
@@ -56,35 +58,6 @@ def coder_messages(schema: str, question: str, evidence: str = "") -> list[dict[
     """The coder's prompt: the schema, the question; the answer scored is the SQL."""
     ask = "Write the SQLite query that answers the question."
     return _messages(schema, evidence, f"Question: {question}", ask)
-
-
-def distinct_texts(candidates: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each distinct non-empty SQL text once, with its execution group, origins and verdict."""
-    texts: dict[str, dict[str, Any]] = {}
-    for cand in candidates:
-        sql = (cand.get("sql") or "").strip()
-        if not sql:
-            continue
-        entry = texts.setdefault(
-            sql,
-            {"sql": sql, "group": cand.get("group"), "correct": bool(cand.get("correct"))},
-        )
-        entry.setdefault("origins", []).append(cand.get("origin"))
-    return list(texts.values())
-
-
-def representatives(texts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One text per result class, the one most candidates wrote (the first of ties): the
-    class's voice in the scores. Scoring every distinct text costs ~3x more (7 texts, 2.4
-    classes per question on spider-dev-200) for the same choice between classes."""
-    best: dict[Any, dict[str, Any]] = {}
-    for entry in texts:
-        group = entry.get("group")
-        if group is None:
-            continue
-        if group not in best or len(entry["origins"]) > len(best[group]["origins"]):
-            best[group] = entry
-    return list(best.values())
 
 
 def score_run(

@@ -35,8 +35,12 @@ on dev; the recorded one is a run of the very program the compile chose, made be
 slice as well (e.g. the program compiled on Spider train by the switch search).
 
 The pairs files get this machine's database paths in a work folder
-(``$SQLWEAVE_CACHE/synthetic-experiments/<slice>``, else ``~/.cache/sqlweave/...``), and the
-artefacts are written there too: the committed sets and results stay portable.
+(``$SQLWEAVE_CACHE/synthetic-experiments/<slice>``, else ``~/.cache/sqlweave/...``;
+:func:`sqlweave.optimizers.synthetic.stage_pairs`), and the artefacts are written there too: the
+committed sets and results stay portable.
+
+``--no-run`` runs no step: it stages the pairs and prints each step's command, and stops there
+(the result needs the runs).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,8 +60,10 @@ from protocol import stem as protocol_stem
 from run_programs import _commit, model_tag
 
 from sqlweave.data import load_slice
-from sqlweave.evaluate import compare, read_records, read_run_identity, summarize
+from sqlweave.evaluate import compare, read_records, recorded_run_matches, summarize
+from sqlweave.optimizers.synthesis import SynthesisError
 from sqlweave.optimizers.synthetic import cache_dir
+from sqlweave.optimizers.synthetic import stage_pairs as stage_in
 
 HERE = Path(__file__).resolve().parent
 PAIRS = HERE / "results" / "synthesis"
@@ -69,35 +76,22 @@ def work_dir(slice_name: str) -> Path:
 
 
 def stage_pairs(slice_name: str, pairs_dir: Path, out_dir: Path) -> list[Path]:
-    """Each database's pairs where ``sqlweave compile --synthetic-out out_dir/pairs`` reads them
-    (:func:`~sqlweave.optimizers.synthetic.pairs_files`: ``pairs`` itself for a one-database
-    slice such as bird-52, ``pairs.<db>.jsonl`` for several), with the database's path; returns
-    the databases' files. A database without pairs stops the run: synthesizing is
+    """Each database's pairs where ``sqlweave compile --synthetic-out out_dir/pairs`` reads them,
+    with the database's path (:func:`sqlweave.optimizers.synthetic.stage_pairs`); returns the
+    databases' files. A database without pairs stops the run: synthesizing is
     ``synthesize_pairs.py``'s job, with its own figures."""
-    from contextlib import ExitStack
-
-    from sqlweave.db import Database
-    from sqlweave.optimizers.synthetic import pairs_files
-
     paths = {ex.db_id: Path(ex.db_path) for ex in load_slice(slice_name)}
     out_dir.mkdir(parents=True, exist_ok=True)
-    missing = [db for db in paths if not (pairs_dir / f"{db}.jsonl").is_file()]
-    if missing:
+    try:
+        return stage_in(paths, pairs_dir, out_dir / "pairs")
+    except SynthesisError as err:
+        missing = err.context.get("missing")
+        if not missing:
+            raise
         sys.exit(
-            f"no synthesized pairs for {', '.join(sorted(missing))} in {pairs_dir}: run "
-            f"python experiments/synthesize_pairs.py --dbs {' '.join(sorted(missing))}"
+            f"no synthesized pairs for {', '.join(missing)} in {pairs_dir}: run "
+            f"python experiments/synthesize_pairs.py --dbs {' '.join(missing)}"
         )
-    with ExitStack() as stack:  # named as the compile names the databases it opens
-        opened = [stack.enter_context(Database.open(path)) for path in paths.values()]
-        targets = pairs_files(opened, out_dir / "pairs")
-    for (db, path), target in zip(paths.items(), targets, strict=True):
-        source = pairs_dir / f"{db}.jsonl"
-        pairs = [json.loads(x) for x in source.read_text().splitlines() if x.strip()]
-        target.write_text("".join(json.dumps({**p, "db_path": str(path)}) + "\n" for p in pairs))
-        tried = source.with_name(source.name + ".tried.jsonl")
-        if tried.is_file():
-            target.with_name(target.name + ".tried.jsonl").write_text(tried.read_text())
-    return sorted(paths.values())
 
 
 def compile_cmd(args: argparse.Namespace, artefact: Path, data: list[str]) -> None:
@@ -110,7 +104,7 @@ def compile_cmd(args: argparse.Namespace, artefact: Path, data: list[str]) -> No
     else:
         cmd += ["--trials", str(args.trials), "--n-val", "0", "--search-val", "0"]
         cmd += [part for item in args.space for part in ("--space", item)]
-    _run([*cmd, "--out", str(artefact), "--no-progress"], dict(os.environ))
+    _run([*cmd, "--out", str(artefact), "--no-progress"], dict(os.environ), args.no_run)
 
 
 def synthetic_data(args: argparse.Namespace) -> list[str]:
@@ -132,13 +126,16 @@ def spider_data(args: argparse.Namespace) -> list[str]:
 
 def protocol(
     args: argparse.Namespace, *, program: str, artefact: Path | None = None, config: str = ""
-) -> dict[str, Any]:
-    """Run (or resume) ``protocol.py``; its summary and records, read once."""
+) -> dict[str, Any] | None:
+    """Run (or resume) ``protocol.py``; its summary and records, read once (None with
+    ``--no-run``)."""
     cmd = [sys.executable, str(HERE / "protocol.py"), "--slice", args.slice, "--model", args.model]
     cmd += ["--artifact", str(artefact), "--config", config] if artefact else ["--program", program]
     if args.n_threads:
         cmd += ["--n-threads", str(args.n_threads)]
-    _run(cmd, dict(os.environ))
+    _run(cmd, dict(os.environ), args.no_run)
+    if args.no_run:
+        return None
     path = PROTOCOL_RESULTS / f"{protocol_stem(program, config, args.slice, args.model)}.json"
     summary = json.loads(path.read_text())
     return {
@@ -147,26 +144,24 @@ def protocol(
     }
 
 
+def _question_ids(slice_name: str) -> Iterator[str]:
+    """The slice's question ids, loaded when first read (only if the rest of a run matches)."""
+    for ex in load_slice(slice_name):
+        yield ex.question_id
+
+
 def recorded_match(
     run: Path, program: str, switches: dict[str, Any], slice_name: str, model: str
 ) -> bool:
     """Whether the recorded protocol run ``run`` (its ``.run.json`` beside it) ran the same
     program, slice and model with exactly ``switches`` (every switch, not only the searched
-    ones) on every question of the slice. Only a switch search's artefact can match: a run's
-    record holds switches, not demos."""
-    meta = read_run_identity(run) if run.is_file() else None
-    if meta is None:
+    ones) on every question of the slice (:func:`sqlweave.evaluate.recorded_run_matches`). Only
+    a switch search's artefact can match: a run's record holds switches, not demos."""
+    identity = {"program": program, "slice": slice_name, "model": model, "switches": switches}
+    try:
+        return recorded_run_matches(run, identity, _question_ids(slice_name))
+    except FileNotFoundError:
         sys.exit(f"--recorded needs a run's JSONL with its .run.json beside it, got {run}")
-    same = (
-        meta.get("program") == program
-        and meta.get("slice") == slice_name
-        and meta.get("model") == model
-        and meta.get("switches") == switches
-    )
-    if not same:
-        return False
-    wanted = {ex.question_id for ex in load_slice(slice_name)}
-    return {r.get("question_id") for r in read_records(run)} == wanted
 
 
 def recorded_row(run: Path) -> dict[str, Any]:
@@ -224,6 +219,7 @@ def main() -> None:
     )
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--n-threads", type=int, default=None)
+    parser.add_argument("--no-run", action="store_true", help="print the steps, run none")
     args = parser.parse_args()
     if args.optimizer == "search" and not args.space:
         parser.error("--optimizer search needs --space (the switches the compile may choose)")
@@ -250,6 +246,8 @@ def main() -> None:
         artefact = work_dir(args.slice) / f"{args.program}__{optimizer}__{tag}.artefact.json"
         if not artefact.exists():
             compile_cmd(args, artefact, data(args))
+        if args.no_run:
+            continue
         artefacts[name] = artefact
         switches = json.loads(artefact.read_text())["meta"].get("switches") or {}
         searched = name == "synthetic" and args.optimizer == "search"  # switches, no demos
@@ -267,6 +265,8 @@ def main() -> None:
             args, program=args.program, artefact=artefact, config=f"compiled-{optimizer}"
         )
 
+    if args.no_run:
+        return
     for item in args.baseline:
         name, sep, path = item.partition("=")
         if not sep or not name or not Path(path).is_file():

@@ -37,7 +37,7 @@ import logging
 import os
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,6 +146,43 @@ def pairs_files(
         return [out]
     suffix = out.suffix or ".jsonl"
     return [out.with_name(f"{out.stem}.{d.name}{suffix}") for d in databases]
+
+
+def stage_pairs(
+    db_paths: Mapping[str, str | Path], pairs_dir: str | Path, out: str | Path
+) -> list[Path]:
+    """Pairs synthesized elsewhere, staged where ``sqlweave compile --synthetic-out out`` reads
+    them (:func:`pairs_files`: ``out`` itself for one database, ``<stem>.<name><suffix>`` beside
+    it for several), each pair given its database's path on this machine.
+
+    ``db_paths`` maps each database's name to its file; ``pairs_dir`` holds ``<name>.jsonl`` per
+    database (a committed set, without paths) and, when present, its ``<name>.jsonl.tried.jsonl``
+    verdicts, copied alongside. Returns the databases' files, sorted. Raises
+    :class:`~sqlweave.optimizers.synthesis.SynthesisError` (``context["missing"]``: their names)
+    when a database has no pairs file: nothing is staged then.
+    """
+    from contextlib import ExitStack
+
+    pairs_dir = Path(pairs_dir)
+    paths = {name: Path(path) for name, path in db_paths.items()}
+    missing = sorted(db for db in paths if not (pairs_dir / f"{db}.jsonl").is_file())
+    if missing:
+        raise SynthesisError(
+            f"no synthesized pairs for {', '.join(missing)} in {pairs_dir}",
+            context={"missing": missing, "pairs_dir": pairs_dir},
+        )
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:  # named as the compile names the databases it opens
+        opened = [stack.enter_context(Database.open(path)) for path in paths.values()]
+        targets = pairs_files(opened, out)
+    for (db, path), target in zip(paths.items(), targets, strict=True):
+        source = pairs_dir / f"{db}.jsonl"
+        pairs = [json.loads(x) for x in source.read_text().splitlines() if x.strip()]
+        target.write_text("".join(json.dumps({**p, "db_path": str(path)}) + "\n" for p in pairs))
+        tried = source.with_name(source.name + ".tried.jsonl")
+        if tried.is_file():
+            target.with_name(target.name + ".tried.jsonl").write_text(tried.read_text())
+    return sorted(paths.values())
 
 
 def open_databases(dbs: Database | str | Path | Sequence[Database | str | Path]) -> list[Database]:
@@ -313,5 +350,6 @@ __all__ = [
     "pairs_hash",
     "redact",
     "split_pairs",
+    "stage_pairs",
     "synthetic_sets",
 ]

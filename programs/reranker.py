@@ -17,7 +17,8 @@ cross-validation chose none).
 No LM call; it needs every candidate (a class the vote counted out may still score best), so a
 sampler feeding it does not stop early (:func:`~sqlweave.programs.voting.settle_for` settles only
 the plain vote). The weights ship with the package (``reranker_weights.json``); a user can fit
-their own on their train questions and pass them as ``weights=``.
+their own on their train questions (:func:`fit_weights` on their classes) and pass them as
+``weights=``.
 """
 
 from __future__ import annotations
@@ -441,3 +442,86 @@ class RankSelector(VoteSelector):
         if best is None:
             return voted
         return overturned(candidates, result, best)
+
+
+# --- fitting the weights ------------------------------------------------------------------------
+#
+# A class row is one question's execution classes as ``experiments/fit_reranker.py classes``
+# writes them from a recorded run: ``{"question_id", "classes": [{"features": class_features(...),
+# "correct": bool, "vote_rank": int}, ...], "fallback_correct": bool}`` (``fallback_correct``: the
+# verdict of the question's first candidate, the answer when no candidate ran).
+
+
+def class_design(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[tuple[Any, int]]:
+    """``(features matrix, index of the right class)`` for every question of ``rows`` a selector
+    can change (two classes or more, exactly one of them right), columns in ``names`` order."""
+    import numpy as np
+
+    out = []
+    for row in rows:
+        classes = row["classes"]
+        right = [i for i, c in enumerate(classes) if c["correct"]]
+        if len(classes) < 2 or len(right) != 1:
+            continue
+        x = np.array([[c["features"].get(n, 0.0) for n in names] for c in classes], dtype=float)
+        out.append((x, right[0]))
+    return out
+
+
+def fit_weights(
+    rows: Sequence[Mapping[str, Any]], l2: float = 1.0, drop: Sequence[str] = ()
+) -> dict[str, float]:
+    """Weights for :class:`RankSelector` fitted on class rows (section comment above): a
+    conditional logit, one softmax over each question's classes, maximising the mean
+    log-likelihood of the right class minus ``l2``·|w|²/2n; features named in ``drop`` are left
+    out. Raises ValueError when no question has a right and a wrong class."""
+    import numpy as np
+    from scipy.optimize import minimize
+
+    names = sorted({n for row in rows for c in row["classes"] for n in c["features"]} - set(drop))
+    data = class_design(rows, names)
+    if not data:
+        raise ValueError("no question with a right and a wrong class to fit on")
+    n = len(data)
+    # All questions' classes stacked, one softmax per question's segment (reduceat), so one
+    # loss evaluation is a few array operations whatever the number of questions.
+    x_all = np.vstack([x for x, _ in data])
+    starts = np.cumsum([0] + [len(x) for x, _ in data[:-1]])
+    owner = np.repeat(np.arange(n), [len(x) for x, _ in data])
+    right = starts + np.array([y for _, y in data])
+
+    def loss(w: Any) -> tuple[float, Any]:
+        s = x_all @ w
+        s -= np.maximum.reduceat(s, starts)[owner]
+        e = np.exp(s)
+        p = e / np.add.reduceat(e, starts)[owner]
+        total = -np.log(p[right] + 1e-12).sum()
+        grad = -(x_all[right].sum(axis=0) - p @ x_all)
+        return total / n + l2 * (w @ w) / (2 * n), grad / n + l2 * w / n
+
+    res = minimize(loss, np.zeros(len(names)), jac=True, method="L-BFGS-B")
+    return {name: float(v) for name, v in zip(names, res.x, strict=True)}
+
+
+def replay_choices(
+    rows: Sequence[Mapping[str, Any]],
+    weights: Mapping[str, float] | None,
+    max_share: float = 1.0,
+) -> dict[str, bool]:
+    """Per question of the class rows: is the class the selector chooses right?
+    ``weights=None`` replays the vote (its top class); weights overturn it only where its top
+    class holds at most ``max_share`` of it, as :func:`rank` does. A question without classes
+    keeps its ``fallback_correct``."""
+    out = {}
+    for row in rows:
+        classes = row["classes"]
+        if not classes:
+            out[row["question_id"]] = row["fallback_correct"]
+            continue
+        ordered = sorted(classes, key=lambda c: c["vote_rank"])
+        if weights is None or not gated(ordered[0]["features"]["share"], max_share):
+            best = ordered[0]
+        else:
+            best = max(ordered, key=lambda c: score(c["features"], weights))
+        out[row["question_id"]] = best["correct"]
+    return out

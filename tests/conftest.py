@@ -8,8 +8,11 @@ so the package's own tests still run from a bare checkout.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import shutil
 import sqlite3
+import subprocess
 import sys
 import types
 import weakref
@@ -168,8 +171,8 @@ EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
 def concert_question(spider_root: Path, gold: str, question: str = "", qid: str = "q") -> Any:
-    """A recorded-run question on Spider's concert_singer whose gold query is ``gold``, as the
-    replay scripts of ``experiments/`` read one."""
+    """A recorded-run question on Spider's concert_singer whose gold query is ``gold``, as
+    :mod:`sqlweave.programs.replay` reads one."""
     from types import SimpleNamespace
 
     return SimpleNamespace(
@@ -188,15 +191,55 @@ def recorded(*candidates: tuple[str, str], qid: str = "q") -> dict[str, Any]:
     return {"question_id": qid, "candidates": [{"sql": s, "origin": o} for s, o in candidates]}
 
 
-def load_experiment(name: str) -> Any:
-    """``experiments/<name>.py`` as a module, with ``experiments/`` on the path while it loads
-    (the benchmarks import ``bench_lm`` beside them)."""
-    sys.path.insert(0, str(EXPERIMENTS))
-    try:
-        spec = importlib.util.spec_from_file_location(name, EXPERIMENTS / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(EXPERIMENTS))
-    return module
+def run_experiment(
+    name: str,
+    *args: str | Path,
+    folder: Path = EXPERIMENTS,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """``python <folder>/<name>.py args...`` in a fresh process, as its users run it: a test runs
+    an experiment script, it never imports one. Output captured as text; ``env`` adds to this
+    process's environment."""
+    command = [sys.executable, str(folder / f"{name}.py"), *map(str, args)]
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def lab_copy(tmp_path: Path, *names: str) -> Path:
+    """A folder of copies of ``experiments/<name>.py``: a script run from it writes its results
+    beside it (``results/``), under ``tmp_path``, not into the checkout's."""
+    folder = tmp_path / "experiments"
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        shutil.copy(EXPERIMENTS / f"{name}.py", folder / f"{name}.py")
+    return folder
+
+
+def run_on_stand_in(
+    tmp_path: Path, script: str, n: int, *args: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """``experiments/<script>.py args...`` in its own process on the first ``n`` questions of
+    spider-dev-200, every model it loads answering them with their gold SQL
+    (``tests/stand_in_bench.py``), a placeholder GGUF file as ``--model``: the finished process
+    and what the stand-in saw (its report)."""
+    from sqlweave.data import load_slice
+
+    gold = {ex.question: ex.gold_sql for ex in load_slice("spider-dev-200")[:n]}
+    (tmp_path / "gold.json").write_text(json.dumps(gold))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    report = tmp_path / "stand_in.json"
+    runner = Path(__file__).resolve().with_name("stand_in_bench.py")
+    command = [sys.executable, str(runner), str(tmp_path / "gold.json"), str(report)]
+    command += [str(EXPERIMENTS / f"{script}.py"), "--model", f"gguf:{gguf}", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done, json.loads(report.read_text())

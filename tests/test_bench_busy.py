@@ -1,23 +1,20 @@
 """experiments/bench_busy.py: its competing load is real and goes away, and a whole run on a
-stand-in model writes the table and JSON (a real run takes minutes of the 1.5B model)."""
+stand-in model writes the table and JSON (a real run takes minutes of the 1.5B model).
+
+The script runs in its own process through ``tests/stand_in_bench.py`` (the stand-in model),
+which notes, at each model call, the busy processes the benchmark had running."""
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import load_experiment
-from test_bench_lm import Oracle, load_stand_in  # bench_lm's own test's stand-in model
+from conftest import run_on_stand_in
 
-llama_cpp = pytest.importorskip("llama_cpp")  # patched below; no model is loaded
-
-
-def _bench() -> Any:
-    return load_experiment("bench_busy")
+pytest.importorskip("llama_cpp")  # patched by the stand-in; no model is loaded
 
 
 def _alive(pid: int) -> bool:
@@ -29,37 +26,35 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
-def test_busy_processes_spin_and_are_killed() -> None:
-    bench = _bench()
-    with bench.busy_processes(2) as pids:
-        assert len(pids) == 2 and all(_alive(pid) for pid in pids)
-    assert not any(_alive(pid) for pid in pids)
-    with bench.busy_processes(0) as none:
-        assert none == []
+@pytest.fixture(scope="module")
+def busy_run(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One run on the first two questions, 1 and 2 threads: its JSON, stdout and stand-in report."""
+    tmp_path = tmp_path_factory.mktemp("busy")
+    out = tmp_path / "busy.json"
+    args = ["--limit", "2", "--threads", "1", "2", "--out", str(out)]
+    done, seen = run_on_stand_in(tmp_path, "bench_busy", 2, *args)
+    return {"results": json.loads(out.read_text()), "stdout": done.stdout, "seen": seen, "out": out}
 
 
 @pytest.mark.timeout(300)
-def test_bench_busy_end_to_end_on_a_stand_in_model(
-    data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:
-    from sqlweave.data import load_slice
+def test_busy_processes_spin_and_are_killed(busy_run: dict[str, Any]) -> None:
+    calls = busy_run["seen"]["calls"]  # per model call: the spinning children at that moment
+    busy = [pids for pids in calls if pids]
+    # idle, no competing process; busy, one (--busy 1), a fresh one for each thread count
+    assert any(not pids for pids in calls) and busy and all(len(pids) == 1 for pids in busy)
+    spun = {pid for pids in busy for pid in pids}
+    assert len(spun) == 2
+    assert not any(_alive(pid) for pid in spun)  # killed, not left spinning after the run
 
-    examples = load_slice("spider-dev-200")[:2]
-    oracle = Oracle({ex.question: ex.gold_sql for ex in examples})
-    load_stand_in(monkeypatch, oracle)
-    gguf = tmp_path / "m.gguf"
-    gguf.write_bytes(b"GGUF")
-    out = tmp_path / "busy.json"
-    argv = ["bench_busy.py", "--model", f"gguf:{gguf}", "--limit", "2", "--threads", "1", "2"]
-    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out)])
-    _bench().main()
 
-    results = json.loads(out.read_text())
+@pytest.mark.timeout(300)
+def test_bench_busy_end_to_end_on_a_stand_in_model(busy_run: dict[str, Any]) -> None:
+    results, out = busy_run["results"], busy_run["out"]
     assert [run["n_threads"] for run in results["runs"]] == [1, 2]
     for run in results["runs"]:
         for condition in ("idle", "busy"):
             assert run[condition]["ex"] == 1.0 and run[condition]["s_per_question"] > 0
         assert run["same_sql"] == 1.0 and run["throughput_vs_idle"] > 0
     assert results["settings"]["busy_processes"] == 1 and results["settings"]["questions"] == 2
-    printed = capsys.readouterr().out
+    printed = busy_run["stdout"]
     assert "| n_threads | idle s/q |" in printed and f"wrote {out}" in printed

@@ -7,29 +7,22 @@ is the plumbing: every row count measured, one row against itself exact, and the
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import load_experiment, need_llama_cpp
+from conftest import need_llama_cpp, run_experiment
 
 from sqlweave import lm as sqlweave_lm
 
 
-def _bench() -> Any:
-    return load_experiment("bench_rows")
-
-
 @pytest.mark.lm
-def test_bench_rows_measures_every_row_count(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_bench_rows_measures_every_row_count(tmp_path: Path) -> None:
     need_llama_cpp()
-    bench = _bench()
     out = tmp_path / "rows.json"
-    argv = ["bench_rows.py", "--model", sqlweave_lm.SMALL_MODEL, "--max-rows", "3"]
-    argv += ["--reps", "2", "--prompt-tokens", "80", "--out", str(out)]
-    monkeypatch.setattr(sys, "argv", argv)
-    bench.main()
+    options = ["--model", sqlweave_lm.SMALL_MODEL, "--max-rows", "3"]
+    options += ["--reps", "2", "--prompt-tokens", "80", "--out", out]
+    done = run_experiment("bench_rows", *options, timeout=600)
+    assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert [c["rows"] for c in result["step_costs"]] == [1, 2, 3]
     assert all(c["ms"] > 0 for c in result["step_costs"])
@@ -38,4 +31,4 @@ def test_bench_rows_measures_every_row_count(tmp_path: Path, monkeypatch, capsys
     assert noise[0]["max_diff_vs_alone"] == 0 and not noise[0]["best_token_changed"]
     assert noise[0]["top2_gap_alone"] >= 0
     assert result["settings"]["prompt_tokens"] == 80
-    assert "wrote" in capsys.readouterr().out
+    assert "wrote" in done.stdout

@@ -1,73 +1,77 @@
 """experiments/compile_vs_uncompiled.py: the commands it runs (the user's CLI, validation on
 spider-train-val, the artefact loaded by protocol.py) and the summary and table it writes from the
-artefact and the protocol summaries, so an hour-long run does not die on its plumbing."""
+artefact and the protocol summaries, so an hour-long run does not die on its plumbing.
+
+The script runs as its users run it, with ``--no-run`` (it prints each step's command, runs none
+and summarises what is there), from a copy of the lab under ``tmp_path`` whose ``results/`` are
+the test's own."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import lab_copy, run_experiment
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+MODEL = "local:qwen2.5-coder-1.5b"
 
 
 @pytest.fixture()
-def cvu(monkeypatch):
-    monkeypatch.syspath_prepend(str(EXPERIMENTS))
-    import compile_vs_uncompiled
-
-    return compile_vs_uncompiled
+def lab(tmp_path: Path) -> Path:
+    """A copy of the script and the two it imports; its results beside it."""
+    return lab_copy(tmp_path, "compile_vs_uncompiled", "protocol", "run_programs")
 
 
-def _args(**kw) -> argparse.Namespace:
-    base = dict(
-        program="pet",
-        optimizer="search",
-        budget=300,
-        n_train=24,
-        n_val=40,
-        search_val=0,
-        trials=8,
-        space=["samples=2,8"],
-        max_demos=2,
-        proposer_model=None,
-        slices=["spider-dev-200"],
-        model="local:qwen2.5-coder-1.5b",
-        n_threads=1,
-    )
-    base.update(kw)
-    return argparse.Namespace(**base)
+def _run(lab: Path, *options: str, program: str = "pet") -> list[list[str]]:
+    """The script with ``--no-run`` (and the options of the test's compile); the commands it
+    printed, each split into words (without the interpreter)."""
+    base = ["--program", program, "--budget", "300", "--n-val", "40", "--space", "samples=2,8"]
+    base += ["--model", MODEL, "--n-threads", "1", "--no-run", *options]
+    done = run_experiment("compile_vs_uncompiled", *base, folder=lab, cwd=lab.parent)
+    assert done.returncode == 0, done.stderr
+    return [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("$ ")]
 
 
-def test_compile_command_validates_on_unseen_databases(cvu, tmp_path):
-    cmd = cvu.compile_command(_args(), tmp_path / "a.json")
-    assert cmd[:4] == [sys.executable, "-m", "sqlweave", "compile"]
-    joined = " ".join(cmd)
+def _results(lab: Path, name: str) -> Path:
+    folder = lab / "results" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def test_compile_command_validates_on_unseen_databases(lab: Path) -> None:
+    commands = _run(lab, "--slices", "bird-52")
+    compile_cmd = next(c for c in commands if c[:3] == ["-m", "sqlweave", "compile"])
+    joined = " ".join(compile_cmd)
     assert "--val spider-train-val" in joined and "--n-val 40" in joined
     assert "--budget 300" in joined and "--space samples=2,8" in joined
-    assert "--out " + str(tmp_path / "a.json") in joined
+    artefact = lab / "results" / "compile" / "pet__search__1.5b.artefact.json"
+    assert "--out " + str(artefact) in joined
 
 
-def test_protocol_commands_uncompiled_and_artefact(cvu, tmp_path):
-    plain = cvu.protocol_command(_args(), "bird-52", None)
+def test_protocol_commands_uncompiled_and_artefact(lab: Path) -> None:
+    commands = _run(lab, "--slices", "bird-52")
+    plain, loaded = [c for c in commands if c[0].endswith("protocol.py")]
     assert plain[plain.index("--program") + 1] == "pet" and "--artifact" not in plain
-    loaded = cvu.protocol_command(_args(), "bird-52", tmp_path / "a.json")
-    assert loaded[loaded.index("--artifact") + 1] == str(tmp_path / "a.json")
+    artefact = lab / "results" / "compile" / "pet__search__1.5b.artefact.json"
+    assert loaded[loaded.index("--artifact") + 1] == str(artefact)
     assert loaded[loaded.index("--n-threads") + 1] == "1"
+    assert plain[plain.index("--slice") + 1] == "bird-52" == loaded[loaded.index("--slice") + 1]
 
 
-def test_a_tagged_compile_keeps_its_files_apart(cvu, tmp_path):
-    args = _args(program="direct", tag="rules")
-    assert cvu._stem(args) == "direct__search-rules__1.5b"
-    assert cvu._stem(_args(program="direct")) == "direct__search__1.5b"
-    loaded = cvu.protocol_command(args, "bird-52", tmp_path / "a.json")
+def test_a_tagged_compile_keeps_its_files_apart(lab: Path) -> None:
+    tagged = _run(lab, "--slices", "bird-52", "--tag", "rules", program="direct")
+    compile_cmd, plain, loaded = tagged
+    out = compile_cmd[compile_cmd.index("--out") + 1]
+    assert Path(out).name == "direct__search-rules__1.5b.artefact.json"
     assert loaded[loaded.index("--config") + 1] == "compiled-search-rules"
-    assert "--config" not in cvu.protocol_command(_args(), "bird-52", tmp_path / "a.json")
-    assert "--config" not in cvu.protocol_command(args, "bird-52", None)  # the uncompiled run
+    assert "--config" not in plain  # the uncompiled run
+    untagged = _run(lab, "--slices", "bird-52", program="direct")
+    out = untagged[0][untagged[0].index("--out") + 1]
+    assert Path(out).name == "direct__search__1.5b.artefact.json"
+    assert "--config" not in untagged[-1]
 
 
 def _summary(program, config, ex, **extra):
@@ -83,12 +87,7 @@ def _summary(program, config, ex, **extra):
     }
 
 
-def test_summary_and_table_from_artefact_and_protocol(cvu, tmp_path, monkeypatch):
-    monkeypatch.setattr(cvu, "RESULTS", tmp_path / "compile")
-    monkeypatch.setattr(cvu, "PROTOCOL_RESULTS", tmp_path / "protocol")
-    (tmp_path / "compile").mkdir()
-    (tmp_path / "protocol").mkdir()
-    artefact = tmp_path / "compile" / "pet__search__1.5b.artefact.json"
+def _artefact(lab: Path) -> Path:
     search = {
         "chosen": {"samples": 8},
         "trials": [
@@ -111,41 +110,62 @@ def test_summary_and_table_from_artefact_and_protocol(cvu, tmp_path, monkeypatch
         "val_ex": 0.75,
         "extra": {"details": {"search": search}},
     }
+    artefact = _results(lab, "compile") / "pet__search__1.5b.artefact.json"
     artefact.write_text(json.dumps({"meta": meta}))
+    return artefact
+
+
+def test_summary_and_table_from_artefact_and_protocol(lab: Path) -> None:
+    _artefact(lab)
     cmp = {"delta": 0.06, "delta_interval": [0.02, 0.1], "p": 0.01}
-    protocol = tmp_path / "protocol"
+    protocol = _results(lab, "protocol")
     (protocol / "pet__spider-dev-200__1.5b.json").write_text(json.dumps(_summary("pet", "", 0.55)))
     (protocol / "pet__compiled-search__spider-dev-200__1.5b.json").write_text(
         json.dumps(_summary("pet", "compiled-search", 0.61, vs_uncompiled=cmp))
     )
-    summary = cvu.summarize(_args(), artefact, None)
+    [loaded] = _run(lab, "--slices", "spider-dev-200")  # compiled, uncompiled run: only this
+    artefact = lab / "results" / "compile" / "pet__search__1.5b.artefact.json"
+    assert loaded[loaded.index("--artifact") + 1] == str(artefact)
+    summary = json.loads((lab / "results" / "compile" / "pet__search__1.5b.json").read_text())
     assert summary["chosen"] == {"samples": 8}
     assert summary["compile"]["lm_calls"] == 250 and summary["budget"] == 300
+    assert summary["compile"]["wall_seconds_this_invocation"] is None  # nothing compiled
     dev = summary["slices"]["spider-dev-200"]
     assert dev["uncompiled"]["ex"] == 0.55 and dev["compiled"]["ex"] == 0.61
-    (tmp_path / "compile" / "pet__search__1.5b.json").write_text(json.dumps(summary))
     # an older, pre-protocol summary is not a protocol row
-    (tmp_path / "compile" / "mage__bootstrap__1.5b.json").write_text(json.dumps({"program": "m"}))
-    rows = cvu.protocol_rows()
-    assert len(rows) == 1
+    (lab / "results" / "compile" / "mage__bootstrap__1.5b.json").write_text(
+        json.dumps({"program": "m"})
+    )
+    done = run_experiment("compile_vs_uncompiled", "--table", folder=lab, cwd=lab.parent)
+    assert done.returncode == 0, done.stderr
+    readme = (lab / "results" / "compile" / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| pet ")]
+    assert len(rows) == 1 and not any(line.startswith("| m ") for line in readme.splitlines())
     assert "| pet | search | spider-dev-200 | 200 | 55.0 | 61.0" in rows[0]
     assert "+6.0 [+2.0, +10.0] | 0.01 | 250 of 300" in rows[0] and "samples=8" in rows[0]
 
 
-def test_summary_skips_a_slice_not_run_yet(cvu, tmp_path, monkeypatch):
-    monkeypatch.setattr(cvu, "PROTOCOL_RESULTS", tmp_path)
-    artefact = tmp_path / "a.artefact.json"
-    artefact.write_text(json.dumps({"meta": {"optimizer": "search"}}))
-    assert cvu.summarize(_args(), artefact, None)["slices"] == {}
+def test_summary_skips_a_slice_not_run_yet(lab: Path) -> None:
+    _artefact(lab)
+    _run(lab, "--slices", "spider-dev-200")
+    summary = json.loads((lab / "results" / "compile" / "pet__search__1.5b.json").read_text())
+    assert summary["slices"] == {}
 
 
-def test_a_reused_artefact_keeps_the_compile_wall_time(cvu, tmp_path):
-    summary = tmp_path / "pet__search__1.5b.json"
-    assert cvu.previous_compile_wall(summary) is None
+def test_no_summary_before_the_compile(lab: Path) -> None:
+    _run(lab, "--slices", "spider-dev-200")
+    assert not list((lab / "results" / "compile").glob("*.json"))
+
+
+def test_a_reused_artefact_keeps_the_compile_wall_time(lab: Path) -> None:
+    _artefact(lab)
+    summary = lab / "results" / "compile" / "pet__search__1.5b.json"
     summary.write_text(json.dumps({"compile": {"wall_seconds_this_invocation": 727.8}}))
-    assert cvu.previous_compile_wall(summary) == 727.8
+    _run(lab, "--slices", "spider-dev-200")
+    assert json.loads(summary.read_text())["compile"]["wall_seconds_this_invocation"] == 727.8
     summary.write_text("{not json")
-    assert cvu.previous_compile_wall(summary) is None
+    _run(lab, "--slices", "spider-dev-200")
+    assert json.loads(summary.read_text())["compile"]["wall_seconds_this_invocation"] is None
 
 
 def test_python_m_sqlweave_runs_the_cli():

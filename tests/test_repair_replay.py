@@ -1,12 +1,11 @@
-"""experiments/repair_replay.py and selection_replay.repair_joins: the join repair replayed over
-recorded candidates, on a real Spider database (no LM)."""
+"""sqlweave.programs.replay's repair_joins and repair_scopes (what experiments/repair_replay.py
+runs): the join repair replayed over recorded candidates, on a real Spider database (no LM)."""
 
 from __future__ import annotations
 
-from conftest import concert_question, load_experiment, recorded
+from conftest import concert_question, recorded
 
-selection_replay = load_experiment("selection_replay")
-repair_replay = load_experiment("repair_replay")
+from sqlweave.programs import replay
 
 QUESTION = "How many singers performed in the concert Super bootcamp?"
 GOLD = (
@@ -27,7 +26,7 @@ _record = recorded
 
 def test_failing_candidates_are_joined_and_marked(spider_root) -> None:
     records = [_record((STRAY, "direct:greedy"), (OTHER, "direct:sampled"))]
-    (mended,) = selection_replay.repair_joins(records, {"q": _question(spider_root)})
+    (mended,) = replay.repair_joins(records, {"q": _question(spider_root)})
     first, second = mended["candidates"]
     assert first["origin"] == "direct:greedy:repaired" and first["sql"].count("JOIN") == 2
     assert second == records[0]["candidates"][1]  # it ran: left as it was
@@ -37,10 +36,10 @@ def test_the_scopes_differ_where_something_ran(spider_root) -> None:
     examples = {"q": _question(spider_root)}
     # STRAY (greedy, weight 2) fails; OTHER runs once: only "all" repairs STRAY, which then wins
     mixed = [_record((STRAY, "direct:greedy"), (OTHER, "direct:sampled"))]
-    scores = repair_replay.scores(mixed, examples, [("direct",)])
+    scores = replay.repair_scopes(mixed, examples, [("direct",)])
     assert scores["direct | none"]["ex"] == 0.0 == scores["direct | fallback"]["ex"]
     assert scores["direct | all"]["ex"] == 100.0 and scores["direct | all"]["oracle"] == 100.0
     # nothing runs: the fallback repairs too
     failing = [_record((STRAY, "direct:greedy"), (STRAY, "direct:sampled"))]
-    scores = repair_replay.scores(failing, examples, [("direct",)])
+    scores = replay.repair_scopes(failing, examples, [("direct",)])
     assert scores["direct | fallback"]["ex"] == 100.0 and scores["direct | none"]["oracle"] == 0.0

@@ -5,11 +5,9 @@ Runs on the bundled concert_singer database (real SQLite, no LM)."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
-from conftest import DEMO_CONCERT_DB
+from conftest import DEMO_CONCERT_DB, run_experiment
 
 from sqlweave.db import Database
 from sqlweave.programs import reranker, stages
@@ -125,10 +123,8 @@ def test_with_the_packaged_weights_a_unanimous_vote_stands(concert: Database) ->
 
 
 def test_fit_learns_a_feature_that_marks_the_right_class() -> None:
-    """experiments/fit_reranker.py: the conditional logit puts weight on what separates."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-    import fit_reranker
-
+    """reranker.fit_weights (experiments/fit_reranker.py's fit): the conditional logit puts weight
+    on what separates."""
     rows = []
     for i in range(30):
         right = i % 3  # the right class is never always the vote's first
@@ -141,26 +137,25 @@ def test_fit_learns_a_feature_that_marks_the_right_class() -> None:
             for k in range(3)
         ]
         rows.append({"question_id": str(i), "classes": classes, "fallback_correct": False})
-    weights = fit_reranker.fit(rows, l2=0.1)
+    weights = reranker.fit_weights(rows, l2=0.1)
     assert weights["signal"] > 1.0
-    assert all(fit_reranker.choices(rows, weights).values())
-    assert sum(fit_reranker.choices(rows, None).values()) == 10  # the vote: right a third
+    assert all(reranker.replay_choices(rows, weights).values())
+    assert sum(reranker.replay_choices(rows, None).values()) == 10  # the vote: right a third
     # a gate below every top share (0.5) leaves each vote standing
-    assert fit_reranker.choices(rows, weights, max_share=0.4) == fit_reranker.choices(rows, None)
+    gated = reranker.replay_choices(rows, weights, max_share=0.4)
+    assert gated == reranker.replay_choices(rows, None)
     json.dumps(weights)  # what `fit` writes
+    with pytest.raises(ValueError, match="right and a wrong class"):
+        reranker.fit_weights([{"question_id": "0", "classes": rows[0]["classes"][:1]}], l2=0.1)
 
 
 def test_cv_refuses_feature_groups_it_does_not_know() -> None:
-    """``cv --features`` names a set of groups (any order); a typo is an error, not an empty table."""
-    import argparse
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-    import fit_reranker
-
+    """``experiments/fit_reranker.py cv --features`` names a set of groups (any order); a typo is
+    an error, not an empty table (the script stops before it reads a class file)."""
     for features in ("vote,algn", "result,align"):  # unknown; without the vote
-        args = argparse.Namespace(classes=["unread.jsonl"], features=features)
-        with pytest.raises(SystemExit, match="--features"):
-            fit_reranker.cmd_cv(args)
+        done = run_experiment("fit_reranker", "cv", "unread.jsonl", "--features", features)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.strip().splitlines()[-1].startswith("--features:"), done.stderr
 
 
 def test_a_sampler_feeding_it_draws_every_candidate() -> None:

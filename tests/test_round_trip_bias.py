@@ -1,16 +1,14 @@
-"""experiments/round_trip_bias.py: the written questions are the kept pairs plus the round trip's
-rejects, and the score splits a run by them."""
+"""experiments/round_trip_bias.py, run as its users run it: the written questions are the kept
+pairs plus the round trip's rejects, and the score splits a run by them."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from conftest import load_experiment
+from conftest import run_experiment
 
 from sqlweave.optimizers.synthesis import ROUND_TRIP_REJECTED
-
-round_trip_bias = load_experiment("round_trip_bias")
 
 
 def _folder(tmp_path: Path) -> Path:
@@ -33,16 +31,26 @@ def _folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
 def test_written_questions_are_the_kept_pairs_and_the_round_trips_rejects(tmp_path: Path):
-    rows = round_trip_bias.written(_folder(tmp_path))
+    (tmp_path / "pairs").mkdir()
+    pairs = _folder(tmp_path / "pairs")
+    out = tmp_path / "round-trip" / "written.jsonl"
+    done = run_experiment("round_trip_bias", "build", pairs, out)
+    assert done.returncode == 0, done.stderr
+    rows = _lines(out)
     assert [(r["question_id"], r["gold_sql"], r["kept"]) for r in rows] == [
         ("syn_shop_0", "S1", True),
         ("rej_shop_000", "S3", False),  # a draft whose label never ran is not a question
     ]
     assert rows[1]["question"] == "Which?" and rows[1]["db_id"] == "shop"
+    assert f"2 written questions, 1 kept -> {out}" in done.stdout
 
 
-def test_the_score_splits_a_run_by_what_the_round_trip_kept():
+def test_the_score_splits_a_run_by_what_the_round_trip_kept(tmp_path: Path):
     def record(qid: str, correct: bool, greedy: bool) -> dict:
         candidates = [{"origin": "direct:greedy", "correct": greedy}]
         candidates.append({"origin": "direct:sampled", "correct": correct})
@@ -54,7 +62,13 @@ def test_the_score_splits_a_run_by_what_the_round_trip_kept():
         }
 
     records = [record("a", True, False), record("b", False, True), record("c", True, False)]
-    table = round_trip_bias.score(records, {"a", "b"})
+    run = tmp_path / "written__direct.jsonl"
+    run.write_text("".join(json.dumps(r) + "\n" for r in records))
+    questions = [{"question_id": q, "kept": q in {"a", "b"}} for q in "abc"]
+    (tmp_path / "written.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
+    done = run_experiment("round_trip_bias", "score", run)  # the questions beside the run
+    assert done.returncode == 0, done.stderr
+    table = json.loads(run.with_suffix(".summary.json").read_text())
     assert table["kept"] == {
         "n": 2,
         "round_trip_program": 100.0,

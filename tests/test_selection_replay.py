@@ -1,13 +1,13 @@
-"""experiments/selection_replay.py: selections replayed over recorded candidates, on a real Spider
-database (no LM)."""
+"""sqlweave.programs.replay (what experiments/selection_replay.py runs): selections replayed over
+recorded candidates, on a real Spider database (no LM)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from conftest import concert_question, load_experiment, recorded
+from conftest import concert_question, recorded
 
-selection_replay = load_experiment("selection_replay")
+from sqlweave.programs import replay
 
 RIGHT = "SELECT count(*) FROM singer WHERE country = 'France'"
 LOWER = "SELECT count(*) FROM singer WHERE country = 'france'"
@@ -24,7 +24,7 @@ _record = recorded
 
 def _replay(spider_root, *candidates: tuple[str, str]) -> dict:
     """The replay of one question's ``(sql, origin)`` candidates."""
-    return selection_replay.replay([_record(*candidates)], {"q": _question(spider_root, "q")})
+    return replay.replay_selections([_record(*candidates)], {"q": _question(spider_root, "q")})
 
 
 def test_rules_first_repairs_candidates_before_the_vote(spider_root) -> None:
@@ -64,11 +64,11 @@ def test_across_prefers_the_answer_most_generators_hold(spider_root) -> None:
 
 def test_fewer_samples_per_generator_are_replayed_from_the_first_drawn(spider_root) -> None:
     cands = [{"origin": o} for o in ("a:greedy", "a:sampled", "a:sampled", "b:greedy", "b:sampled")]
-    kept = selection_replay.first_per_generator(cands, 1)
+    kept = replay.first_per_generator(cands, 1)
     assert [c["origin"] for c in kept] == ["a:greedy", "b:greedy"]
-    assert selection_replay.first_per_generator(cands, None) == cands
+    assert replay.first_per_generator(cands, None) == cands
     record = _record((OTHER, "direct:greedy"), (RIGHT, "direct:sampled"), (RIGHT, "direct:sampled"))
-    result = selection_replay.replay([record], {"q": _question(spider_root, "q")}, [None, 1])
+    result = replay.replay_selections([record], {"q": _question(spider_root, "q")}, [None, 1])
     assert result["ex"]["direct | vote | greedy=1"] == 100.0
     assert result["ex"]["direct | vote | greedy=1 | samples=1"] == 0.0
     assert result["oracle"]["direct | vote | samples=1"] == 0.0
@@ -81,19 +81,16 @@ def test_runoff_replay_asks_the_lm_only_on_a_close_vote(spider_root) -> None:
     example = _question(spider_root, "q")
     example.question = "How many singers are from France?"
     close = _record((OTHER, "direct:greedy"), (OTHER, "direct:sampled"), (RIGHT, "sea:greedy"))
-    strategies = [selection_replay.strategy_of("direct,sea | vote | greedy=1")]
+    strategies = [replay.strategy_of("direct,sea | vote | greedy=1")]
     assert strategies == [(("direct", "sea"), None, 1.0)]
     # OTHER 2 against RIGHT 1: at threshold 0.5 the LM is asked and picks the runner-up (2),
     # at threshold 1 the vote stands
     with dspy.context(lm=DummyLM([{"choice": "2"}])):
-        result = selection_replay.replay_runoff([close], {"q": example}, strategies, [0.5, 1.0])
+        result = replay.replay_runoff([close], {"q": example}, strategies, [0.5, 1.0])
     assert result["ex"]["direct,sea | runoff=0.5 | greedy=1"] == 100.0
     assert result["asked"]["direct,sea | runoff=0.5 | greedy=1"] == 100.0
     assert result["ex"]["direct,sea | runoff=1 | greedy=1"] == 0.0
     assert result["asked"]["direct,sea | runoff=1 | greedy=1"] == 0.0
-    key = selection_replay.strategy_of("a,b | vote | greedy=2 | samples=2")
+    key = replay.strategy_of("a,b | vote | greedy=2 | samples=2")
     assert key == (("a", "b"), 2, 2.0)
-    assert (
-        selection_replay.strategy_key(("a", "b"), "vote", 2.0, 2)
-        == "a,b | vote | greedy=2 | samples=2"
-    )
+    assert replay.strategy_key(("a", "b"), "vote", 2.0, 2) == "a,b | vote | greedy=2 | samples=2"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -187,3 +188,32 @@ def track_usage() -> Iterator[Usage]:
     callbacks = [*(dspy.settings.get("callbacks") or []), usage]
     with dspy.settings.context(usage_tracker=usage, callbacks=callbacks):
         yield usage
+
+
+def prompt_tokens_per_call(
+    make_program: Callable[[], Callable[..., Any]],
+    examples: Iterable[Any],
+    count: Callable[[str], int],
+) -> list[float]:
+    """The mean prompt size of a program's LM calls on each example: every call counted, no model.
+
+    Each example (``question``, ``db_path``, ``evidence``) is asked of a fresh ``make_program()``
+    under a stand-in LM that answers ``SELECT 1`` and keeps every call's messages; ``count``
+    sizes a message's text (a tokenizer's token count; words for a rough look). Schema filters
+    and the like run as in a real run, so this is what a real run sends. A run answered partly
+    from DSPy's cache records tokens only for its cold calls: this counts them all. An example
+    whose program made no call counts 0.
+    """
+    from dspy.utils import DummyLM
+
+    per_question = []
+    for ex in examples:
+        lm = DummyLM({"": {"sql": "SELECT 1"}})
+        with dspy.context(lm=lm):
+            make_program()(question=ex.question, db=ex.db_path, evidence=ex.evidence or "")
+        calls = [
+            sum(count(str(m.get("content", ""))) for m in call.get("messages") or [])
+            for call in lm.history
+        ]
+        per_question.append(statistics.mean(calls) if calls else 0.0)
+    return per_question
