@@ -3,7 +3,7 @@
 ``rows``: replays a recorded × 8 pool as the ``accurate`` preset answers (the repair scope, the
 ``grounded`` vote, ``rules_intersect``; ``decide.py``'s replay) and as a one-call program
 answers (the greedy candidate, then the rules), and writes each answer's
-:func:`sqlweave.confidence.evidence` features with its verdict against the gold query.
+:func:`sqlweave.programs.confidence.evidence` features with its verdict against the gold query.
 
 ``fit``: fits the two logistic models out of fold (five folds by database, seed 0), prints
 AUROC, expected calibration error (10 bins) and accuracy at 50 / 70 / 90 % coverage, chooses
@@ -37,7 +37,6 @@ from sqlweave.confidence import (
     WEIGHTS_FILE,
     Calibrator,
     confidence_figures,
-    evidence,
     fit_calibrator,
     packaged_calibrators,
     packaged_threshold,
@@ -45,6 +44,7 @@ from sqlweave.confidence import (
 )
 from sqlweave.data import load_slice
 from sqlweave.evaluate import read_records
+from sqlweave.programs.confidence import evidence
 from sqlweave.programs.grounding import GroundedSelector
 
 RESULTS = Path(__file__).resolve().parent / "results" / "confidence"

@@ -810,6 +810,8 @@ def evaluate(
     out = out or Path("runs") / f"{stem}-{tag}-{_model_tag(model)}.jsonl"
     _check_writable(out, "--out")
     _configure_lm(model, api_base, lm_threads, prompt_lookup)
+    from sqlweave.programs.confidence import record_confidence
+
     try:
         summary = run_eval(
             prog.program,
@@ -820,6 +822,7 @@ def evaluate(
             progress=progress,
             strict_gold=strict_gold,
             identity=identity,
+            judge=record_confidence,
         )
     except ValueError as err:  # --out holds another dataset's records, or another run's
         _fail(str(err))
@@ -1562,12 +1565,17 @@ def _kept_defaults_line(meta: Any, program: Any) -> str | None:
     trials = [t for t in search.get("trials", []) if t.get("score") is not None]
     if len(trials) > 1:
         others = max(t["score"] for t in trials[1:])
+        own = trials[0]["score"]
+        why = (
+            "they won"
+            if own > others
+            else "a tie keeps the program as it is; more validation questions (--n-val) or a "
+            "stronger model may choose otherwise"
+        )
         return (
             f"the compile kept the program's own switches and added no demo: on "
-            f"{search.get('n_val')} validation questions they scored "
-            f"{100 * trials[0]['score']:.1f}%, the best other choice {100 * others:.1f}% (a tie "
-            "keeps the program as it is); more validation questions (--n-val) or a stronger "
-            "model may choose otherwise"
+            f"{search.get('n_val')} validation questions they scored {100 * own:.1f}%, the best "
+            f"other choice {100 * others:.1f}% ({why})"
         )
     return (
         "the compile kept the program as it was: no demonstration added, no instruction or "
@@ -1663,10 +1671,10 @@ def demo(
     """The main job: compile, save, evaluate the saved program beside naive, ask once.
 
     The compile is the switch search from the default preset over one switch that separates
-    the ``fast`` preset from the ``accurate`` one (one candidate or eight), scored on --n-val
+    the fast preset from the accurate one (one candidate or eight), scored on --n-val
     spider-train-val questions (databases the evaluation never sees): what it chose, and by how
     much, is printed. The saved file is then evaluated on --n-dev bundled dev questions beside
-    ``naive`` on the same questions (paired: EX, interval, McNemar p), the report written, and
+    naive on the same questions (paired: EX, interval, McNemar p), the report written, and
     one question answered from the saved file. A smoke test at this size: the measured figures
     are in docs/results.md.
     """
@@ -1676,6 +1684,7 @@ def demo(
     from sqlweave.evaluate import evaluate as run_eval
     from sqlweave.optimizers import load_program
     from sqlweave.programs import get as get_program
+    from sqlweave.programs.confidence import record_confidence
     from sqlweave.programs.presets import DEFAULT_PRESET
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -1717,7 +1726,12 @@ def demo(
         records_path = workdir / f"{label}-dev-n{len(dev)}-{_model_tag(model)}.jsonl"
         try:
             summary = run_eval(
-                prog, dev, out_path=records_path, identity=identity, progress=progress
+                prog,
+                dev,
+                out_path=records_path,
+                identity=identity,
+                progress=progress,
+                judge=record_confidence,
             )
         except ValueError as err:  # the records there are another run's
             _fail(str(err))

@@ -1,10 +1,10 @@
-"""How sure an answer is: a calibrated confidence from the candidate pool, and the alternatives.
+"""How sure an answer is: the calibration half (models, threshold, refit, figures).
 
 A program that draws several candidates already holds the evidence a person needs to know
 when not to trust its answer: how the candidates' executions split (a 7-of-8 agreement is
 right far more often than a 3-of-8 one), whether the answer's string values are stored in the
 database (:func:`sqlweave.programs.grounding.is_grounded`), whether it returns nothing or only
-NULLs. :func:`evidence` turns a pool into those numbers; a :class:`Calibrator` (a logistic
+NULLs. :func:`sqlweave.programs.confidence.evidence` turns a pool into those numbers; a :class:`Calibrator` (a logistic
 model, fitted against EX out of fold by database on train-side questions,
 ``experiments/fit_confidence.py``) turns them into a probability that the answer is right.
 The fitted weights ship in ``confidence.json`` beside this module, one model for answers
@@ -12,8 +12,8 @@ chosen among several candidates (``pool``) and one for a single candidate (``sin
 the threshold below which ``ask`` also shows the next distinct readings (chosen on train-side
 questions so that the answers above it are right at least 90 % of the time).
 
-No LM call: everything here re-executes the candidates read-only (the database's result cache
-makes that cheap right after the program ran them).
+This module reads numbers only (the core knows nothing of programs); judging a pool, which
+re-executes its candidates read-only, is :mod:`sqlweave.programs.confidence`.
 """
 
 from __future__ import annotations
@@ -21,16 +21,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sqlweave.db import Database, ExecutionError, QueryResult
-
 #: The fitted models and threshold (``experiments/fit_confidence.py``).
 WEIGHTS_FILE = Path(__file__).with_name("confidence.json")
-#: The features :func:`evidence` computes, in the order the models read them.
+#: The features :func:`sqlweave.programs.confidence.evidence` computes, in the order the models read them.
 FEATURES = (
     "agree",
     "margin",
@@ -42,38 +40,6 @@ FEATURES = (
     "null",
     "one_row",
 )
-#: Seconds a candidate may run while its pool is judged (the selectors' own limit).
-EVIDENCE_TIMEOUT_S = 10.0
-
-
-@dataclass(frozen=True)
-class Reading:
-    """One distinct answer among the candidates: a representative SQL, its first rows and the
-    share of candidates that returned it."""
-
-    sql: str
-    columns: tuple[str, ...]
-    rows: tuple[tuple[Any, ...], ...]
-    share: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "sql": self.sql,
-            "columns": list(self.columns),
-            "rows": [list(r) for r in self.rows],
-            "share": round(self.share, 3),
-        }
-
-
-@dataclass(frozen=True)
-class Assessment:
-    """``confidence`` in [0, 1] (None when there was nothing to judge: no SQL), ``low`` when it
-    is under the shipped threshold, ``alternatives``: the other readings, most shared first."""
-
-    confidence: float | None
-    low: bool
-    features: Mapping[str, float] = field(default_factory=dict)
-    alternatives: tuple[Reading, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,100 +76,6 @@ def packaged_calibrators() -> dict[str, Calibrator]:
 def packaged_threshold() -> float:
     """Below this confidence ``ask`` also prints the next readings (module doc)."""
     return float(_packaged()["threshold"])
-
-
-def _agree_with(result: QueryResult, groups: Sequence[Any]) -> int | None:
-    from sqlweave.programs.voting import equivalent
-
-    for i, g in enumerate(groups):
-        if equivalent(result, g.result, ordered=g.ordered) or equivalent(result, g.result):
-            return i
-    return None
-
-
-def evidence(
-    question: str,
-    candidates: Sequence[str],
-    sql: str,
-    db: Database,
-    *,
-    timeout_s: float = EVIDENCE_TIMEOUT_S,
-) -> tuple[dict[str, float], list[Reading]]:
-    """The pool's numbers for the answer ``sql`` (:data:`FEATURES`) and every distinct reading
-    of ``candidates`` that runs, the answer's own first.
-
-    ``agree``: the share of candidates whose result equals the answer's; ``margin``: that, less
-    the largest share of another result; ``ran``: the share of candidates that ran;
-    ``log_classes``: log of 1 + the number of distinct results; ``grounded``: the answer's
-    string values are stored in the database; ``grounded_agree``: the share of the grounded
-    candidates that agree with the answer; ``empty``, ``null``, ``one_row``: the answer's shape.
-    """
-    from sqlweave.programs.grounding import ValueLookup, is_grounded
-    from sqlweave.programs.voting import execution_groups, ranked_groups
-
-    del question  # the features read the pool and the database, not the wording (yet)
-    pool = [c for c in candidates if c] or [sql]
-    groups, _ = execution_groups(pool, db, timeout_s=timeout_s)
-    answer = db.try_execute(sql, timeout_s=timeout_s)
-    n = len(pool)
-    lookup = ValueLookup(db)
-    ran = sum(len(g.members) for g in groups)
-    own = None if isinstance(answer, ExecutionError) else _agree_with(answer, groups)
-    agree = len(groups[own].members) / n if own is not None else 0.0
-    others = [len(g.members) / n for i, g in enumerate(groups) if i != own]
-    grounded_members = {i for g in groups for i in g.members if is_grounded(pool[i], lookup)}
-    agreeing = set(groups[own].members) if own is not None else set()
-    rows = () if isinstance(answer, ExecutionError) else answer.rows
-    features = {
-        "agree": agree,
-        "margin": agree - max(others, default=0.0),
-        "ran": ran / n,
-        "log_classes": math.log1p(len(groups)),
-        "grounded": float(is_grounded(sql, lookup)),
-        "grounded_agree": len(agreeing & grounded_members) / len(grounded_members)
-        if grounded_members
-        else 0.0,
-        "empty": float(not rows),
-        "null": float(bool(rows) and all(v is None for r in rows for v in r)),
-        "one_row": float(len(rows) == 1),
-    }
-    readings = [
-        Reading(pool[g.first], g.result.columns, g.result.rows[:5], len(g.members) / n)
-        for g in ranked_groups(groups)
-    ]
-    if own is not None:
-        mine = groups[own]
-        readings.sort(key=lambda r: r.sql != pool[mine.first])
-    return features, readings
-
-
-def assess(
-    question: str,
-    candidates: Sequence[str],
-    sql: str,
-    db: Database,
-    *,
-    calibrators: Mapping[str, Calibrator] | None = None,
-    threshold: float | None = None,
-    max_alternatives: int = 2,
-    recalibration: Mapping[str, float] | None = None,
-) -> Assessment:
-    """The answer's calibrated confidence and, after it, the other readings (module doc).
-
-    ``candidates``: the pool the program chose among (``[sql]`` for a one-call program, which
-    the ``single`` model judges). ``calibrators`` and ``threshold`` default to the shipped ones;
-    ``recalibration``: a compile's refit on its validation answers (:func:`recalibrate`).
-    """
-    if not sql:
-        return Assessment(None, True)
-    models = calibrators or packaged_calibrators()
-    cut = packaged_threshold() if threshold is None else threshold
-    features, readings = evidence(question, candidates, sql, db)
-    distinct = [c for c in dict.fromkeys(candidates) if c]
-    model = models["pool"] if len(distinct) > 1 or len(candidates) > 1 else models["single"]
-    confidence = recalibrated(model.probability(features), recalibration)
-    alternatives = tuple(readings[1 : 1 + max_alternatives])
-    return Assessment(confidence, confidence < cut, features, alternatives)
 
 
 #: Validation answers a compile needs before it refits the confidence (fewer: the shipped one).

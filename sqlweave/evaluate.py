@@ -39,6 +39,8 @@ from sqlweave.metrics import GoldQueryError, check_execution, pred_sql_of, seman
 from sqlweave.stats import bootstrap_ci, outcomes_by_id, paired
 
 logger = logging.getLogger(__name__)
+#: ``judge(question, candidate_sqls, sql, db) -> confidence`` (:func:`evaluate`).
+Judge = Callable[[str, list[str], str, Any], float]
 
 UsageTracker = Callable[[], contextlib.AbstractContextManager[Any]]
 _AUTO = "auto"
@@ -231,6 +233,7 @@ def _evaluate_one(
     timeout_s: float,
     tracker: UsageTracker | None,
     strict_gold: bool = False,
+    judge: Judge | None = None,
 ) -> dict[str, Any]:
     sem = semantics or semantics_for(example)
     error: str | None = None
@@ -315,22 +318,22 @@ def _evaluate_one(
         record["candidates"] = pool
         record["oracle"] = bool(match.correct) or any(c["correct"] for c in pool)
         record["eval_seconds"] = round(time.perf_counter() - start, 4)
-    if pred_sql.strip() and gold_error is None:
-        record["confidence"] = _confidence(example, pool, pred_sql, database)
+    if judge is not None and pred_sql.strip() and gold_error is None:
+        record["confidence"] = _confidence(judge, example, pool, pred_sql, database)
     return record
 
 
-def _confidence(example: Any, pool: list[dict[str, Any]], sql: str, database: Any) -> float | None:
-    """The answer's calibrated confidence (:mod:`sqlweave.confidence`), or None when it could
-    not be judged; judging never fails a record."""
-    from sqlweave.confidence import assess
-
+def _confidence(
+    judge: Judge, example: Any, pool: list[dict[str, Any]], sql: str, database: Any
+) -> float | None:
+    """``judge``'s confidence in the answer, or None when it could not judge; judging never
+    fails a record."""
     try:
-        judged = assess(str(example.question), [c["sql"] for c in pool] or [sql], sql, database)
+        value = judge(str(example.question), [c["sql"] for c in pool] or [sql], sql, database)
     except Exception:  # noqa: BLE001 - advice about the answer; the record stands without it
         logger.debug("could not judge %s's confidence", example.question_id, exc_info=True)
         return None
-    return None if judged.confidence is None else round(judged.confidence, 4)
+    return value if 0.0 <= value <= 1.0 else None
 
 
 def candidates_of(pred: Any) -> list[dict[str, Any]]:
@@ -407,8 +410,13 @@ def evaluate(
     strict_gold: bool = False,
     identity: dict[str, Any] | None = None,
     group_by_db: bool = True,
+    judge: Judge | None = None,
 ) -> dict[str, Any]:
     """Run ``program`` on every example and score it by execution match.
+
+    ``judge(question, candidate_sqls, sql, db)`` gives each answer's confidence in [0, 1]
+    (:func:`sqlweave.programs.confidence.record_confidence`; the facade passes it), which each
+    record keeps and the summary scores (:func:`sqlweave.confidence.confidence_figures`).
 
     ``program`` is a DSPy module or any callable taking the example's inputs as keywords and
     returning a ``dspy.Prediction`` with ``.sql`` (or a string). ``semantics=None`` scores each
@@ -503,10 +511,22 @@ def evaluate(
         with endpoint_guard():
             if num_threads <= 1:
                 for ex in todo:
-                    finish(_evaluate_one(program, ex, semantics, timeout_s, tracker, strict_gold))
+                    finish(
+                        _evaluate_one(
+                            program, ex, semantics, timeout_s, tracker, strict_gold, judge
+                        )
+                    )
             else:
                 _run_threads(
-                    program, todo, semantics, timeout_s, tracker, num_threads, finish, strict_gold
+                    program,
+                    todo,
+                    semantics,
+                    timeout_s,
+                    tracker,
+                    num_threads,
+                    finish,
+                    strict_gold,
+                    judge,
                 )
     finally:
         bar.close()
@@ -529,9 +549,10 @@ def _run_threads(
     num_threads: int,
     finish: Callable[[dict[str, Any]], None],
     strict_gold: bool = False,
+    judge: Judge | None = None,
 ) -> None:
     def task(ex: Any) -> None:
-        finish(_evaluate_one(program, ex, semantics, timeout_s, tracker, strict_gold))
+        finish(_evaluate_one(program, ex, semantics, timeout_s, tracker, strict_gold, judge))
 
     pool = ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="sqlweave-eval")
     try:

@@ -207,7 +207,9 @@ def schema_json(database: Database, name: str) -> dict[str, Any]:
 # --- the app --------------------------------------------------------------------------------------
 
 
-class _BadRequest(Exception):
+class _BadRequest(SqlweaveError):
+    """A request the API refuses: its HTTP status, message and extra JSON fields."""
+
     def __init__(self, status: int, message: str, **extra: Any) -> None:
         super().__init__(message)
         self.status = status

@@ -1,4 +1,5 @@
-"""The answer confidence (issue 62): evidence from the candidate pool, the shipped calibration,
+"""The answer confidence (issue 62): evidence from the candidate pool (judged in programs,
+calibrated in the core), the shipped calibration,
 and the alternatives an unsure answer shows. Real SQLite, no LM."""
 
 from __future__ import annotations
@@ -11,13 +12,12 @@ from sqlweave.confidence import (
     FEATURES,
     WEIGHTS_FILE,
     Calibrator,
-    assess,
-    evidence,
     fit_calibrator,
     packaged_calibrators,
     packaged_threshold,
 )
 from sqlweave.db import Database
+from sqlweave.programs.confidence import assess, evidence, record_confidence
 
 SINGERS = "SELECT count(*) FROM singer"
 CONCERTS = "SELECT count(*) FROM singer_in_concert"
@@ -111,7 +111,9 @@ def test_evaluation_records_carry_confidence_and_the_summary_scores_it(data_root
         return dspy.Prediction(sql=sql, candidates=[sql])
 
     out = tmp_path / "run.jsonl"
-    summary = evaluate(program, examples, out_path=out, progress=False, usage_tracker=None)
+    summary = evaluate(
+        program, examples, out_path=out, progress=False, usage_tracker=None, judge=record_confidence
+    )
     scores = [r["confidence"] for r in summary["records"]]
     assert all(isinstance(s, float) and 0.0 <= s <= 1.0 for s in scores)
     figures = summary["confidence"]

@@ -1,0 +1,160 @@
+"""Judging an answer by its candidate pool: the evidence, the confidence and the alternatives.
+
+A program that draws several candidates already holds what a person needs to know when not to
+trust its answer: how the candidates' executions split, whether the answer's string values are
+stored in the database (:func:`sqlweave.programs.grounding.is_grounded`), whether it returns
+nothing or only NULLs. :func:`evidence` turns a pool into those numbers
+(:data:`sqlweave.confidence.FEATURES`) and :func:`assess` turns them into the calibrated
+probability that the answer is right (the shipped models of :mod:`sqlweave.confidence`), with
+the other readings the candidates gave. No LM call: the candidates are re-executed read-only
+(the database's result cache makes that cheap right after the program ran them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlweave.confidence import (
+    Calibrator,
+    packaged_calibrators,
+    packaged_threshold,
+    recalibrated,
+)
+from sqlweave.db import Database, ExecutionError, QueryResult
+
+#: Seconds a candidate may run while its pool is judged (the selectors' own limit).
+EVIDENCE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One distinct answer among the candidates: a representative SQL, its first rows and the
+    share of candidates that returned it."""
+
+    sql: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    share: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sql": self.sql,
+            "columns": list(self.columns),
+            "rows": [list(r) for r in self.rows],
+            "share": round(self.share, 3),
+        }
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """``confidence`` in [0, 1] (None when there was nothing to judge: no SQL), ``low`` when it
+    is under the shipped threshold, ``alternatives``: the other readings, most shared first."""
+
+    confidence: float | None
+    low: bool
+    features: Mapping[str, float] = field(default_factory=dict)
+    alternatives: tuple[Reading, ...] = ()
+
+
+def _agree_with(result: QueryResult, groups: Sequence[Any]) -> int | None:
+    from sqlweave.programs.voting import equivalent
+
+    for i, g in enumerate(groups):
+        if equivalent(result, g.result, ordered=g.ordered) or equivalent(result, g.result):
+            return i
+    return None
+
+
+def evidence(
+    question: str,
+    candidates: Sequence[str],
+    sql: str,
+    db: Database,
+    *,
+    timeout_s: float = EVIDENCE_TIMEOUT_S,
+) -> tuple[dict[str, float], list[Reading]]:
+    """The pool's numbers for the answer ``sql`` (:data:`FEATURES`) and every distinct reading
+    of ``candidates`` that runs, the answer's own first.
+
+    ``agree``: the share of candidates whose result equals the answer's; ``margin``: that, less
+    the largest share of another result; ``ran``: the share of candidates that ran;
+    ``log_classes``: log of 1 + the number of distinct results; ``grounded``: the answer's
+    string values are stored in the database; ``grounded_agree``: the share of the grounded
+    candidates that agree with the answer; ``empty``, ``null``, ``one_row``: the answer's shape.
+    """
+    from sqlweave.programs.grounding import ValueLookup, is_grounded
+    from sqlweave.programs.voting import execution_groups, ranked_groups
+
+    del question  # the features read the pool and the database, not the wording (yet)
+    pool = [c for c in candidates if c] or [sql]
+    groups, _ = execution_groups(pool, db, timeout_s=timeout_s)
+    answer = db.try_execute(sql, timeout_s=timeout_s)
+    n = len(pool)
+    lookup = ValueLookup(db)
+    ran = sum(len(g.members) for g in groups)
+    own = None if isinstance(answer, ExecutionError) else _agree_with(answer, groups)
+    agree = len(groups[own].members) / n if own is not None else 0.0
+    others = [len(g.members) / n for i, g in enumerate(groups) if i != own]
+    grounded_members = {i for g in groups for i in g.members if is_grounded(pool[i], lookup)}
+    agreeing = set(groups[own].members) if own is not None else set()
+    rows = () if isinstance(answer, ExecutionError) else answer.rows
+    features = {
+        "agree": agree,
+        "margin": agree - max(others, default=0.0),
+        "ran": ran / n,
+        "log_classes": math.log1p(len(groups)),
+        "grounded": float(is_grounded(sql, lookup)),
+        "grounded_agree": len(agreeing & grounded_members) / len(grounded_members)
+        if grounded_members
+        else 0.0,
+        "empty": float(not rows),
+        "null": float(bool(rows) and all(v is None for r in rows for v in r)),
+        "one_row": float(len(rows) == 1),
+    }
+    readings = [
+        Reading(pool[g.first], g.result.columns, g.result.rows[:5], len(g.members) / n)
+        for g in ranked_groups(groups)
+    ]
+    if own is not None:
+        mine = groups[own]
+        readings.sort(key=lambda r: r.sql != pool[mine.first])
+    return features, readings
+
+
+def assess(
+    question: str,
+    candidates: Sequence[str],
+    sql: str,
+    db: Database,
+    *,
+    calibrators: Mapping[str, Calibrator] | None = None,
+    threshold: float | None = None,
+    max_alternatives: int = 2,
+    recalibration: Mapping[str, float] | None = None,
+) -> Assessment:
+    """The answer's calibrated confidence and, after it, the other readings (module doc).
+
+    ``candidates``: the pool the program chose among (``[sql]`` for a one-call program, which
+    the ``single`` model judges). ``calibrators`` and ``threshold`` default to the shipped ones;
+    ``recalibration``: a compile's refit on its validation answers (:func:`recalibrate`).
+    """
+    if not sql:
+        return Assessment(None, True)
+    models = calibrators or packaged_calibrators()
+    cut = packaged_threshold() if threshold is None else threshold
+    features, readings = evidence(question, candidates, sql, db)
+    distinct = [c for c in dict.fromkeys(candidates) if c]
+    model = models["pool"] if len(distinct) > 1 or len(candidates) > 1 else models["single"]
+    confidence = recalibrated(model.probability(features), recalibration)
+    alternatives = tuple(readings[1 : 1 + max_alternatives])
+    return Assessment(confidence, confidence < cut, features, alternatives)
+
+
+def record_confidence(question: str, candidates: Sequence[str], sql: str, db: Database) -> float:
+    """The confidence an evaluation record keeps (4 decimals); what :func:`sqlweave.evaluate.
+    evaluate` calls as its ``judge``."""
+    judged = assess(question, candidates, sql, db)
+    return -1.0 if judged.confidence is None else round(judged.confidence, 4)
