@@ -115,3 +115,19 @@ def dummy_model(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr("sqlweave.lm.configure", fake_configure)
     yield holder
     dspy.configure(lm=None)
+
+
+@pytest.mark.lm
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_each_preset_answers_with_the_real_local_model(name: str, db_file: Path) -> None:
+    """The real 0.5B model behind every preset: a question it answers reliably, the answer's
+    rows right, the preset's candidates drawn, a confidence given."""
+    from sqlweave.lm import build_lm
+
+    lm = build_lm("local:qwen2.5-coder-0.5b", cache=False)
+    with dspy.context(lm=lm):
+        result = sqlweave.ask("How many singers are there?", db_file, preset=name)
+    assert result.ok and result.rows == ((6,),), result.sql
+    samples = int(PRESETS[name].switches.get("samples", 1))
+    assert len(result.steps["candidates"]) == samples
+    assert 0.0 <= result.confidence <= 1.0
