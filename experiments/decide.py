@@ -14,14 +14,16 @@ fitted selector can be scored out of fold (five folds by database) afterwards.
     python experiments/decide.py rule16 --p07 P07.table.jsonl --p10 P10.table.jsonl
 
 ``table`` writes ``experiments/results/decisions/<run>.table.jsonl`` (one line a question,
-resumable); ``rule16`` prints each step's comparison and writes ``rule16.json`` beside it.
+resumable), gzipped when done (``.table.jsonl.gz``, what is committed); ``rule16`` prints each step's comparison and writes ``rule16.json`` beside it.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import random
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -126,6 +128,24 @@ def _replay(sqls: list[str], question: str, judge: Judge, lookup: ValueLookup) -
     return out
 
 
+def read_table(path: str | Path) -> list[dict[str, Any]]:
+    """A table's rows, from its ``.jsonl`` or (as committed) its gzipped ``.jsonl.gz``."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    return list(read_records(path))
+
+
+def compress(path: Path) -> Path:
+    """``path`` gzipped beside itself (what is committed: the tables are large), then removed."""
+    packed = path.with_name(path.name + ".gz")
+    with path.open("rb") as src, gzip.open(packed, "wb", compresslevel=9) as dst:
+        shutil.copyfileobj(src, dst)
+    path.unlink()
+    return packed
+
+
 def cmd_table(args: argparse.Namespace) -> None:
     run = Path(args.run)
     examples = {str(ex.question_id): ex for ex in load_slice(args.slice)}
@@ -136,6 +156,9 @@ def cmd_table(args: argparse.Namespace) -> None:
         records = [r for r in records if str(r["question_id"]) in wanted]
     out = RESULTS / run.name.replace(".jsonl", ".table.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
+    packed = out.with_name(out.name + ".gz")
+    if packed.exists() and not out.exists():  # a finished table: resume from its rows
+        out.write_text("".join(json.dumps(r) + "\n" for r in read_table(packed)))
     done = {r["question_id"] for r in read_records(out)} if out.exists() else set()
     with out.open("a", encoding="utf-8") as handle:
         for record in tqdm(records, desc="table", unit="q"):
@@ -144,7 +167,7 @@ def cmd_table(args: argparse.Namespace) -> None:
                 continue
             handle.write(json.dumps(question_row(record, examples[qid])) + "\n")
             handle.flush()
-    print(f"wrote {out}")
+    print(f"wrote {compress(out)}")
 
 
 # --- the rule's steps -------------------------------------------------------------------------
@@ -214,6 +237,7 @@ def out_of_fold(
 
 def _line(name: str, a: dict[str, bool], b: dict[str, bool], label_b: str) -> dict[str, Any]:
     cmp = paired(a, b)
+    ci = bootstrap_ci(list(a.values()))
     text = (
         f"{name}: {bootstrap_ci(list(a.values()))} vs {label_b} {100 * cmp.ex_b:.1f}; "
         f"{100 * cmp.delta:+.1f} {cmp.diff} p={cmp.p_value:.3g} ({cmp.only_a} vs {cmp.only_b})"
@@ -224,6 +248,7 @@ def _line(name: str, a: dict[str, bool], b: dict[str, bool], label_b: str) -> di
         "against": label_b,
         "n": cmp.n,
         "ex": round(100 * cmp.ex_a, 1),
+        "interval": [round(100 * ci.low, 1), round(100 * ci.high, 1)],
         "ex_against": round(100 * cmp.ex_b, 1),
         "delta": round(100 * cmp.delta, 1),
         "p_value": cmp.p_value,
@@ -342,9 +367,9 @@ def rule16a(p07: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def cmd_rule16(args: argparse.Namespace) -> None:
-    p07 = list(read_records(args.p07))
+    p07 = read_table(args.p07)
     if args.p10:
-        result, name = rule16(p07, list(read_records(args.p10))), "rule16.json"
+        result, name = rule16(p07, read_table(args.p10)), "rule16.json"
     else:
         result, name = rule16a(p07), "rule16a.json"
     out = RESULTS / name
@@ -360,7 +385,7 @@ def design_verdicts(table: Sequence[dict[str, Any]], design: str) -> dict[str, b
 
 def cmd_read(args: argparse.Namespace) -> None:
     """One design's figures on a slice's table, beside recorded runs (``--against``)."""
-    table = list(read_records(args.table))
+    table = read_table(args.table)
     got = design_verdicts(table, args.design)
     scope, _, corrector = args.design.split("|")
     oracle = [r[scope][f"oracle|{corrector}"] for r in table]
