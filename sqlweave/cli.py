@@ -478,6 +478,14 @@ LmThreadsOpt = Annotated[
         "cores but one)",
     ),
 ]
+AllowSuperuserOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-superuser",
+        help="let a PostgreSQL role with superuser-like powers run the SQL (refused by "
+        "default: connect as a read-only role, see docs/security.md)",
+    ),
+]
 PresetOpt = Annotated[
     str | None,
     typer.Option(
@@ -504,14 +512,7 @@ def ask(
     api_base: ApiBaseOpt = None,
     lm_threads: LmThreadsOpt = None,
     max_rows: Annotated[int, typer.Option(help="rows to print")] = 20,
-    allow_superuser: Annotated[
-        bool,
-        typer.Option(
-            "--allow-superuser",
-            help="let a PostgreSQL role with superuser-like powers run the SQL (refused by "
-            "default: connect as a read-only role, see docs/security.md)",
-        ),
-    ] = False,
+    allow_superuser: AllowSuperuserOpt = False,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
@@ -1921,14 +1922,7 @@ def serve_cmd(
         ),
     ] = 8,
     max_rows: Annotated[int, typer.Option(help="rows an answer returns at most")] = 1000,
-    allow_superuser: Annotated[
-        bool,
-        typer.Option(
-            "--allow-superuser",
-            help="let a PostgreSQL role with superuser-like powers run the SQL (refused by "
-            "default: connect as a read-only role, see docs/security.md)",
-        ),
-    ] = False,
+    allow_superuser: AllowSuperuserOpt = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:

@@ -243,3 +243,49 @@ def run_on_stand_in(
     done = subprocess.run(command, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
     return done, json.loads(report.read_text())
+
+
+def chromium() -> str:
+    """The headless Chromium binary, or a skip naming how to install it."""
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.skip("headless Chromium not installed (Debian: apt-get install -y chromium)")
+    raise AssertionError  # unreachable
+
+
+def browse(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run headless Chromium on its own throwaway profile with ``args`` (a URL, --dump-dom...)."""
+    command = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        *args,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture()
+def dummy_model(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """The CLI's --model resolves to the DummyLM put in ``holder["lm"]`` (its options are kept
+    in ``holder["options"]``); a test file may define its own."""
+    import dspy
+
+    holder: dict[str, Any] = {}
+
+    def fake_configure(model: str, **options: object) -> Any:
+        holder["options"] = options
+        dspy.configure(lm=holder["lm"])
+        return holder["lm"]
+
+    monkeypatch.setattr("sqlweave.lm.configure", fake_configure)
+    yield holder
+    dspy.configure(lm=None)

@@ -51,28 +51,12 @@ import sys  # noqa: E402
 import time  # noqa: E402
 import types  # noqa: E402
 
-import dspy  # noqa: E402
 import pytest  # noqa: E402
 import typer  # noqa: E402
 from conftest import DEMO_ROOT  # noqa: E402
 from dspy.utils import DummyLM  # noqa: E402
 
 from sqlweave.cli import parse_switches  # noqa: E402
-
-
-@pytest.fixture()
-def dummy_model(monkeypatch: pytest.MonkeyPatch):
-    """Make the CLI's --model resolve to a DummyLM that answers ``answers`` (set by the test)."""
-    holder: dict[str, DummyLM] = {}
-
-    def fake_configure(model: str, **options: object) -> DummyLM:
-        lm = holder["lm"]
-        dspy.configure(lm=lm)
-        return lm
-
-    monkeypatch.setattr("sqlweave.lm.configure", fake_configure)
-    yield holder
-    dspy.configure(lm=None)
 
 
 def test_set_values_are_typed() -> None:

@@ -21,21 +21,6 @@ from sqlweave.cli import PROGRAM_CARDS, _scalar_of, app, switch_types, typed_swi
 runner = CliRunner()
 
 
-@pytest.fixture()
-def dummy_model(monkeypatch: pytest.MonkeyPatch):
-    """The CLI's --model resolves to a DummyLM that answers ``holder["lm"]``."""
-    holder: dict[str, DummyLM] = {}
-
-    def fake_configure(model: str, **options: object) -> DummyLM:
-        holder["options"] = options
-        dspy.configure(lm=holder["lm"])
-        return holder["lm"]
-
-    monkeypatch.setattr("sqlweave.lm.configure", fake_configure)
-    yield holder
-    dspy.configure(lm=None)
-
-
 @pytest.fixture(autouse=True)
 def _restore_logging():
     """Each test's logging set-up is undone: other tests read the default configuration."""

@@ -103,20 +103,6 @@ def test_an_artefact_records_its_preset_and_inspect_shows_it(tmp_path: Path, spi
     assert shown.exit_code == 0 and "started from preset 'fast'" in shown.output
 
 
-@pytest.fixture()
-def dummy_model(monkeypatch: pytest.MonkeyPatch):
-    """The CLI's --model resolves to a DummyLM that answers ``holder["lm"]``."""
-    holder: dict[str, DummyLM] = {}
-
-    def fake_configure(model: str, **options: object) -> DummyLM:
-        dspy.configure(lm=holder["lm"])
-        return holder["lm"]
-
-    monkeypatch.setattr("sqlweave.lm.configure", fake_configure)
-    yield holder
-    dspy.configure(lm=None)
-
-
 @pytest.mark.lm
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_each_preset_answers_with_the_real_local_model(name: str, db_file: Path) -> None:

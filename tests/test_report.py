@@ -14,10 +14,10 @@ import os
 import re
 import shutil
 import struct
-import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import browse, chromium
 from typer.testing import CliRunner
 
 from sqlweave.cli import app
@@ -250,39 +250,13 @@ window.addEventListener("load", () => {
 </script>"""
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.skip("headless Chromium not installed (Debian: apt-get install -y chromium)")
-    raise AssertionError  # unreachable
-
-
-def _browse(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [
-        browser,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--hide-scrollbars",
-        f"--user-data-dir={profile}",
-        *args,
-    ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
-
-
 def test_report_loads_in_headless_chromium(run_files: list[Path], tmp_path: Path) -> None:
-    browser = _chromium()
+    browser = chromium()
     out = write_report(run_files, tmp_path / "report.html", title="sqlweave report: 0.5B on Spider")
     probed = tmp_path / "probed.html"
     probed.write_text(out.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"))
 
-    dumped = _browse(
+    dumped = browse(
         browser, tmp_path / "profile1", "--virtual-time-budget=10000", "--window-size=1200,1600",
         "--dump-dom", probed.as_uri(),
     )  # fmt: skip
@@ -306,7 +280,7 @@ def test_report_loads_in_headless_chromium(run_files: list[Path], tmp_path: Path
     shot = tmp_path / "report.png"
     # Headless window height includes a little more than the viewport: leave a margin.
     height = min(max(int(state["scroll"]) + 160, 1600), 4000)
-    taken = _browse(
+    taken = browse(
         browser, tmp_path / "profile2", f"--screenshot={shot}", f"--window-size=1200,{height}",
         out.as_uri(),
     )  # fmt: skip

@@ -14,13 +14,12 @@ import html
 import os
 import re
 import shutil
-import subprocess
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEMO_CONCERT_DB
+from conftest import DEMO_CONCERT_DB, browse, chromium
 from dspy.utils import DummyLM
 
 pytest.importorskip(
@@ -56,39 +55,13 @@ class Unsure(CompiledProgram):
         return result
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.skip("headless Chromium not installed (Debian: apt-get install -y chromium)")
-    raise AssertionError  # unreachable
-
-
-def _browse(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [
-        browser,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--hide-scrollbars",
-        f"--user-data-dir={profile}",
-        *args,
-    ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
-
-
 def _text(dom: str, element_id: str) -> str:
     match = re.search(rf'<[a-z]+[^>]* id="{element_id}"[^>]*>(.*?)</', dom, re.S)
     return html.unescape(match.group(1)) if match else ""
 
 
 def test_the_page_asks_and_shows_the_answer_in_chromium(tmp_path: Path) -> None:
-    browser = _chromium()
+    browser = chromium()
     app = create_app(
         Unsure(get("direct")),
         {"concert_singer": DEMO_CONCERT_DB},
@@ -98,11 +71,11 @@ def test_the_page_asks_and_shows_the_answer_in_chromium(tmp_path: Path) -> None:
     query = urllib.parse.urlencode({"q": QUESTION, "db": "concert_singer"})
     with running(app) as base:
         url = f"{base}/?{query}"
-        dumped = _browse(
+        dumped = browse(
             browser, tmp_path / "profile1", "--virtual-time-budget=8000", "--dump-dom", url
         )
         shot = tmp_path / "serve.png"
-        taken = _browse(
+        taken = browse(
             browser, tmp_path / "profile2", "--virtual-time-budget=8000",
             f"--screenshot={shot}", "--window-size=1200,900", url,
         )  # fmt: skip
@@ -128,14 +101,14 @@ def test_the_page_asks_and_shows_the_answer_in_chromium(tmp_path: Path) -> None:
 
 
 def test_model_output_is_shown_as_text_not_html(tmp_path: Path) -> None:
-    browser = _chromium()
+    browser = chromium()
     sneaky = "SELECT '<img src=x onerror=alert(1)>' AS \"<b>bold</b>\" FROM singer LIMIT 1"
     app = create_app(
         "direct", {"concert_singer": DEMO_CONCERT_DB}, lm=DummyLM({"": {"sql": sneaky}})
     )
     query = urllib.parse.urlencode({"q": "<script>alert(1)</script>"})
     with running(app) as base:
-        dumped = _browse(
+        dumped = browse(
             browser, tmp_path / "profile", "--virtual-time-budget=8000", "--dump-dom",
             f"{base}/?{query}",
         )  # fmt: skip
