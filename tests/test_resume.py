@@ -129,7 +129,9 @@ def test_cli_refuses_to_mix_models_and_names_outputs_after_them(
     dummy: DummyLM, spider_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    base = ["evaluate", "--data-root", str(spider_root), "--n", "2", "--no-progress"]
+    # direct's own defaults (no preset): the switches compared below are the --set ones
+    base = ["evaluate", "-p", "direct", "--data-root", str(spider_root), "--n", "2"]
+    base += ["--no-progress"]
     out = tmp_path / "run.jsonl"
     result = runner.invoke(app, [*base, "--out", str(out), "-m", "local:qwen2.5-coder-0.5b"])
     assert result.exit_code == 0, result.output
@@ -335,6 +337,7 @@ def test_killed_switch_search_loses_at_most_one_trial(tmp_path: Path) -> None:
     out = tmp_path / "searched.json"
     env = {**os.environ, "CALL_LOG": str(log)}
     cmd = [sys.executable, "-c", KILLABLE_COMPILE, "compile", "--optimizer", "search"]
+    cmd += ["-p", "direct"]  # direct's own defaults: the first trial is native + rules
     cmd += ["--data-root", str(DEMO_ROOT), "--n-train", "10", "--trials", "6", "--no-progress"]
     # the bundle holds spider-train-val: its first two questions score each trial
     cmd += ["--n-val", "2"]

@@ -386,7 +386,8 @@ def test_cli_search_and_inspect_print_the_history(
     switch_model: SwitchLM, singers: list[dspy.Example], tmp_path: Path
 ) -> None:
     out = tmp_path / "searched.json"
-    args = ["compile", "--optimizer", "search+bootstrap", "--no-progress", "--out", str(out)]
+    args = ["compile", "-p", "direct", "--optimizer", "search+bootstrap", "--no-progress"]
+    args += ["--out", str(out)]
     args += ["--train", str(_questions(tmp_path / "train.json", singers[:2])), "--n-train", "0"]
     args += ["--val", str(_questions(tmp_path / "val.json", singers[2:]))]
     args += ["--space", "schema_layout=native,compact", "--space", "samples=1,2"]
