@@ -333,7 +333,8 @@ def _questions_file(examples, folder: Path, copies: int) -> Path:
 @pytest.mark.timeout(400)
 def test_cli_evaluate_with_eight_threads_twenty_times(examples, tmp_path):
     _questions_file(examples, tmp_path, 20)
-    cmd = [sys.executable, "-c", THREADED_CLI, "evaluate", "--threads", "8", "--no-progress"]
+    cmd = [sys.executable, "-c", THREADED_CLI, "evaluate", "-p", "direct", "--threads", "8"]
+    cmd += ["--no-progress"]  # one call a question (not the default preset's eight)
     cmd += ["--dataset", str(tmp_path / "q{run}.json"), "--n", "0"]
     cmd += ["--out", str(tmp_path / "r{run}.jsonl")]
     done = subprocess.run(
@@ -356,7 +357,8 @@ def test_ctrl_c_stops_a_threaded_evaluation(examples, tmp_path):
     many = [ex.copy(question_id=f"{ex.question_id}-{i}") for i in range(4) for ex in examples]
     _questions_file(many, tmp_path, 1)
     out = tmp_path / "r.jsonl"
-    cmd = [sys.executable, "-c", THREADED_CLI, "evaluate", "--threads", "8", "--no-progress"]
+    cmd = [sys.executable, "-c", THREADED_CLI, "evaluate", "-p", "direct", "--threads", "8"]
+    cmd += ["--no-progress"]  # one call a question (not the default preset's eight)
     cmd += ["--dataset", str(tmp_path / "q0.json"), "--n", "0", "--out", str(out)]
     proc = subprocess.Popen(
         cmd,
