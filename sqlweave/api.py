@@ -186,10 +186,7 @@ def _as_program(
 ) -> SQLProgram:
     """The program a caller named: an instance, an artefact path, a registry name, or a preset
     (none of them: the default preset, :mod:`sqlweave.programs.presets`)."""
-    if isinstance(program, CompiledProgram | SQLProgram) or (
-        isinstance(program, str | Path)
-        and (Path(program).suffix == ".json" or Path(program).is_file())
-    ):
+    if _given(program):
         if preset is not None:
             raise ValueError("preset= builds a program; it cannot apply to a program given")
         if isinstance(program, CompiledProgram):
@@ -197,10 +194,15 @@ def _as_program(
         if isinstance(program, SQLProgram):
             return program
         return load_program(program)[0]
-    from sqlweave.programs.presets import resolve
+    return preset_meta(None if program is None else str(program), preset, switches)[0]
 
-    name, resolved, _ = resolve(None if program is None else str(program), preset, switches)
-    return get(name, **resolved)
+
+def _given(program: Any) -> bool:
+    """Whether ``program`` is a built program or an artefact's path (not a name to build)."""
+    return isinstance(program, CompiledProgram | SQLProgram) or (
+        isinstance(program, str | Path)
+        and (Path(program).suffix == ".json" or Path(program).is_file())
+    )
 
 
 def preset_meta(
@@ -396,13 +398,12 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     n_val = DEFAULT_N_VAL if n_val is None else n_val
     if max_demos < 0 or n_val < 0:
         raise ValueError(f"max_demos and n_val must be 0 or more, not {max_demos} and {n_val}")
-    student = _as_program(program, switches, preset)
     preset_name = None
-    if not isinstance(program, CompiledProgram | SQLProgram):
-        from sqlweave.programs.presets import resolve
-
-        if program is None or preset is not None:
-            program, _, preset_name = resolve(program, preset, switches)
+    if _given(program):
+        student = _as_program(program, switches, preset)
+    else:  # built once, from a name or a preset: the preset's name goes into the artefact
+        student, built = preset_meta(program, preset, switches)
+        program, preset_name = built.program, built.extra.get("preset")
     synthetic = None
     if synthesize is not None:
         from sqlweave.optimizers.synthetic import synthetic_sets
