@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlweave.evaluate import read_records
-from sqlweave.optimizers.synthesis import ROUND_TRIP_REJECTED, read_pairs
 from sqlweave.programs.voting import origin_is_greedy
+from sqlweave.synthesis.pairs import ROUND_TRIP_REJECTED, read_pairs
 
 
 def written(pairs_dir: Path) -> list[dict[str, Any]]:

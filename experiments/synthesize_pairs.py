@@ -26,7 +26,7 @@ from typing import Any
 
 import sqlweave
 from sqlweave.data import database_path, load_slice
-from sqlweave.optimizers.synthesis import synthesize
+from sqlweave.synthesis.pairs import synthesize
 
 RESULTS = Path(__file__).resolve().parent / "results" / "synthesis"
 

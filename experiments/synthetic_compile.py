@@ -36,7 +36,7 @@ slice as well (e.g. the program compiled on Spider train by the switch search).
 
 The pairs files get this machine's database paths in a work folder
 (``$SQLWEAVE_CACHE/synthetic-experiments/<slice>``, else ``~/.cache/sqlweave/...``;
-:func:`sqlweave.optimizers.synthetic.stage_pairs`), and the artefacts are written there too: the
+:func:`sqlweave.synthesis.sets.stage_pairs`), and the artefacts are written there too: the
 committed sets and results stay portable.
 
 ``--no-run`` runs no step: it stages the pairs and prints each step's command, and stops there
@@ -61,9 +61,9 @@ from run_programs import _commit, model_tag
 
 from sqlweave.data import load_slice
 from sqlweave.evaluate import compare, read_records, recorded_run_matches, summarize
-from sqlweave.optimizers.synthesis import SynthesisError
-from sqlweave.optimizers.synthetic import cache_dir
-from sqlweave.optimizers.synthetic import stage_pairs as stage_in
+from sqlweave.synthesis.pairs import SynthesisError
+from sqlweave.synthesis.sets import cache_dir
+from sqlweave.synthesis.sets import stage_pairs as stage_in
 
 HERE = Path(__file__).resolve().parent
 PAIRS = HERE / "results" / "synthesis"
@@ -77,7 +77,7 @@ def work_dir(slice_name: str) -> Path:
 
 def stage_pairs(slice_name: str, pairs_dir: Path, out_dir: Path) -> list[Path]:
     """Each database's pairs where ``sqlweave compile --synthetic-out out_dir/pairs`` reads them,
-    with the database's path (:func:`sqlweave.optimizers.synthetic.stage_pairs`); returns the
+    with the database's path (:func:`sqlweave.synthesis.sets.stage_pairs`); returns the
     databases' files. A database without pairs stops the run: synthesizing is
     ``synthesize_pairs.py``'s job, with its own figures."""
     paths = {ex.db_id: Path(ex.db_path) for ex in load_slice(slice_name)}

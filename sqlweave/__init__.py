@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from sqlweave.api import CompiledProgram, Result, ask, compile, configure, load
     from sqlweave.examples import Example
     from sqlweave.optimizers.artifact import ArtifactError
-    from sqlweave.optimizers.synthesis import synthesize
+    from sqlweave.synthesis.pairs import synthesize
 
 __version__ = "0.1.0"
 
@@ -28,7 +28,7 @@ _LAZY = {
     "configure": "sqlweave.api",
     "load": "sqlweave.api",
     "ArtifactError": "sqlweave.optimizers.artifact",
-    "synthesize": "sqlweave.optimizers.synthesis",
+    "synthesize": "sqlweave.synthesis.pairs",
 }
 
 

@@ -352,12 +352,12 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     **No labelled questions?** Give ``db`` (a SQLite path, a SQLAlchemy URL or an open
     Database, or a list of them) and ``synthesize=N`` instead of ``trainset``: N pairs are
     synthesized for each database with the configured LM
-    (:func:`sqlweave.optimizers.synthetic.synthetic_sets`; ``synthesis_check=False`` skips the
+    (:func:`sqlweave.synthesis.sets.synthetic_sets`; ``synthesis_check=False`` skips the
     round trip), written to ``synthetic_out`` (default: a file per database in
     ``~/.cache/sqlweave/synthetic``; a rerun resumes it), split by a seeded shuffle into train
     and validation (``synthetic_val_fraction`` of each database's pairs, at most ``n_val``;
     with a ``valset`` every pair trains), and compiled on as any train set is. Left as None,
-    the three follow the optimizer (:func:`sqlweave.optimizers.synthetic.synthesis_defaults`):
+    the three follow the optimizer (:func:`sqlweave.synthesis.sets.synthesis_defaults`):
     a switch search alone needs no demos, only validation that tells configurations apart, so
     it gets pairs the round trip did not filter, 90 % of them validating, all of them
     (``n_val`` no cap); an optimizer that learns demos gets the round trip, a fifth validating,
@@ -387,7 +387,7 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     if valset is not None:
         valset = as_examples(valset, what="valset")
     if synthesize is not None:
-        from sqlweave.optimizers.synthetic import synthesis_defaults
+        from sqlweave.synthesis.sets import synthesis_defaults
 
         recipe = synthesis_defaults(optimizer, valset_given=valset is not None)
         synthesis_check = recipe.check if synthesis_check is None else synthesis_check
@@ -406,7 +406,7 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
         program, preset_name = built.program, built.extra.get("preset")
     synthetic = None
     if synthesize is not None:
-        from sqlweave.optimizers.synthetic import synthetic_sets
+        from sqlweave.synthesis.sets import synthetic_sets
 
         if dspy.settings.lm is None:
             raise ValueError(

@@ -664,8 +664,8 @@ def synthesize(
     _setup_logging(verbose, quiet)
     from sqlweave import programs
     from sqlweave.db import Database, ExecutionError
-    from sqlweave.optimizers.synthesis import ROUND_TRIP_ACCEPT, SynthesisError, draft_queries
-    from sqlweave.optimizers.synthesis import synthesize as run_synthesis
+    from sqlweave.synthesis.pairs import ROUND_TRIP_ACCEPT, SynthesisError, draft_queries
+    from sqlweave.synthesis.pairs import synthesize as run_synthesis
 
     if n < 1:
         _fail(f"--n must be at least 1, not {n}")
@@ -1160,7 +1160,7 @@ def _compile(
         _fail(f"--checkpoint {checkpoint} is a directory; give a file path")
     databases: list[Any] = []
     if synthesize is not None or db:
-        from sqlweave.optimizers.synthetic import check_val_fraction
+        from sqlweave.synthesis.sets import check_val_fraction
 
         if synthetic_val_fraction is not None:
             try:
@@ -1233,8 +1233,8 @@ def _synthesis_inputs(
     """The open databases of ``--db`` for ``--synthesize`` and the pairs file, checked before
     the model loads: a database with no tables or only empty ones fails here."""
     from sqlweave.db import ExecutionError
-    from sqlweave.optimizers.synthesis import SynthesisError
-    from sqlweave.optimizers.synthetic import open_databases
+    from sqlweave.synthesis.pairs import SynthesisError
+    from sqlweave.synthesis.sets import open_databases
 
     if synthesize is None:
         _fail("--db names your database for --synthesize N (with --train, questions name theirs)")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import run_experiment
 
-from sqlweave.optimizers.synthesis import ROUND_TRIP_REJECTED
+from sqlweave.synthesis.pairs import ROUND_TRIP_REJECTED
 
 
 def _folder(tmp_path: Path) -> Path:

@@ -13,7 +13,7 @@ from dspy.utils import DummyLM
 
 from sqlweave.data import load_questions
 from sqlweave.db import Database
-from sqlweave.optimizers.synthesis import (
+from sqlweave.synthesis.pairs import (
     TEMPLATES,
     Draft,
     SynthesisError,
@@ -214,7 +214,7 @@ def test_every_template_says_what_its_sql_returns():
     the selected column's words, and the values the SQL compares with."""
     import re
 
-    from sqlweave.optimizers.synthesis import _words
+    from sqlweave.synthesis.templates import _words
 
     db = Database.open(DEMO_CONCERT_DB)
     drafts = [d for d in draft_queries(db, 200) if isinstance(d, Draft)]
@@ -233,7 +233,7 @@ def test_every_template_says_what_its_sql_returns():
 
 
 def test_words_of_names():
-    from sqlweave.optimizers.synthesis import _words
+    from sqlweave.synthesis.templates import _words
 
     assert _words("Total_Horses") == "total horses"
     assert _words("ShopId") == "shop id"

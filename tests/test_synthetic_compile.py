@@ -18,8 +18,8 @@ import sqlweave
 from sqlweave import cli
 from sqlweave.examples import as_examples
 from sqlweave.optimizers import load_program
-from sqlweave.optimizers.synthesis import SynthesisError
-from sqlweave.optimizers.synthetic import pairs_files, pairs_hash, redact, split_pairs
+from sqlweave.synthesis.pairs import SynthesisError
+from sqlweave.synthesis.sets import pairs_files, pairs_hash, redact, split_pairs
 
 PETS_DB = DEMO_ROOT / "spider" / "database" / "pets_1" / "pets_1.sqlite"
 QUESTION = "How many singers are there?"
@@ -379,7 +379,7 @@ def test_a_search_alone_gets_the_measured_recipe_by_default(
     """Left unset, a switch search alone synthesizes without the round trip and validates on
     90 % of the pairs, all of them; an optimizer that learns demos keeps the round trip and a
     fifth; what the caller sets wins."""
-    from sqlweave.optimizers.synthetic import SynthesisDefaults, synthesis_defaults
+    from sqlweave.synthesis.sets import SynthesisDefaults, synthesis_defaults
 
     assert synthesis_defaults("search", valset_given=False) == SynthesisDefaults(False, 0.9, 0)
     for optimizer, given in (("search+bootstrap", False), ("knn", False), ("search", True)):

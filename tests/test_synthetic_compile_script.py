@@ -1,5 +1,5 @@
 """experiments/synthetic_compile.py: the pairs it compiles on carry this machine's database paths
-(sqlweave.optimizers.synthetic.stage_pairs), a database without pairs stops the run with the
+(sqlweave.synthesis.sets.stage_pairs), a database without pairs stops the run with the
 command that makes them, the compile it asks for, and when a recorded run stands for the compiled
 row (sqlweave.evaluate.recorded_run_matches). The script runs with ``--no-run``: it prints its
 steps and runs none."""
@@ -15,8 +15,8 @@ from conftest import run_experiment
 
 from sqlweave.data import load_slice
 from sqlweave.evaluate import recorded_run_matches
-from sqlweave.optimizers.synthesis import SynthesisError
-from sqlweave.optimizers.synthetic import stage_pairs
+from sqlweave.synthesis.pairs import SynthesisError
+from sqlweave.synthesis.sets import stage_pairs
 
 
 def _write_pairs(folder: Path, db_id: str) -> None:

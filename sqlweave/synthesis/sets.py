@@ -2,7 +2,7 @@
 
 ``sqlweave compile --db shop.sqlite --synthesize 40`` (and ``sqlweave.compile(program,
 db=..., synthesize=40)``) needs no labelled question: :func:`synthetic_sets` makes ``n`` pairs
-per database with :func:`~sqlweave.optimizers.synthesis.synthesize` (one resumable questions
+per database with :func:`~sqlweave.synthesis.pairs.synthesize` (one resumable questions
 file each), splits them with a seeded shuffle, and returns the record an artefact keeps of them
 (``meta.extra["synthetic"]``): the set's sha256, its size and the databases it belongs to, any
 password redacted.
@@ -45,7 +45,7 @@ from typing import Any
 import dspy
 
 from sqlweave.db import Database
-from sqlweave.optimizers.synthesis import (
+from sqlweave.synthesis.pairs import (
     SynthesisError,
     database_ref,
     draft_queries,
@@ -158,7 +158,7 @@ def stage_pairs(
     ``db_paths`` maps each database's name to its file; ``pairs_dir`` holds ``<name>.jsonl`` per
     database (a committed set, without paths) and, when present, its ``<name>.jsonl.tried.jsonl``
     verdicts, copied alongside. Returns the databases' files, sorted. Raises
-    :class:`~sqlweave.optimizers.synthesis.SynthesisError` (``context["missing"]``: their names)
+    :class:`~sqlweave.synthesis.pairs.SynthesisError` (``context["missing"]``: their names)
     when a database has no pairs file: nothing is staged then.
     """
     from contextlib import ExitStack
@@ -291,24 +291,9 @@ def synthetic_sets(
     entries: list[dict[str, Any]] = []
     with track_usage() as usage:
         for database, path in zip(databases, files, strict=True):
-            _check_resumable(path, database)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            pairs = synthesize(
-                database, n, out=path, seed=seed, program=program, check=check, progress=progress
+            pairs = _pairs_for(
+                database, path, n, seed=seed, program=program, check=check, progress=progress
             )
-            if not pairs:
-                raise SynthesisError(
-                    f"{database.name}: no pair survived synthesis (the model wrote no question "
-                    f"whose answer matched its SQL); every tried query's verdict is in "
-                    f"{path}.tried.jsonl"
-                )
-            if len(pairs) < n:
-                logger.warning(
-                    "%s: compiling on %d synthesized pairs, not the %d asked for",
-                    database.name,
-                    len(pairs),
-                    n,
-                )
             by_db.append(pairs)
             entries.append(
                 {
@@ -339,6 +324,32 @@ def synthetic_sets(
         as_examples(val, what="synthesized pairs") if val else [],
         record,
     )
+
+
+def _pairs_for(
+    database: Database, path: Path, n: int, *, seed: int, program: Any, check: bool, progress: bool
+) -> list[dict[str, Any]]:
+    """One database's pairs, synthesized into (or resumed from) ``path``; none is an error,
+    fewer than ``n`` a warning."""
+    _check_resumable(path, database)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pairs = synthesize(
+        database, n, out=path, seed=seed, program=program, check=check, progress=progress
+    )
+    if not pairs:
+        raise SynthesisError(
+            f"{database.name}: no pair survived synthesis (the model wrote no question "
+            f"whose answer matched its SQL); every tried query's verdict is in "
+            f"{path}.tried.jsonl"
+        )
+    if len(pairs) < n:
+        logger.warning(
+            "%s: compiling on %d synthesized pairs, not the %d asked for",
+            database.name,
+            len(pairs),
+            n,
+        )
+    return pairs
 
 
 __all__ = [
