@@ -93,15 +93,14 @@ class DirectSQL(SQLProgram):
                 f"choose one of {', '.join(self.SCHEMA_LAYOUTS)}"
             )
         check_layout(prompt_layout, "prompt_layout")
-        if not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+        stage_registry.check_samples(samples)
         super().__init__()
         self.switches["prefill"] = self.prefill = bool(prefill)
         self.generate = Generator(GenerateSQL, layout=prompt_layout, prefill=bool(prefill))
         self.linker = stage_registry.build("linker", linker)
         self.selector = stage_registry.build("selector", selector)
         self.repair = PoolRepair(repair, repair_scope, repair_max)
-        settle = {} if self.repair.revives else settle_for(self.selector)
+        settle = settle_for(self.selector, needs_all=self.repair.revives)
         self.sampler = Sampler(self.generate, n=samples, temperature=float(temperature), **settle)
         self.corrector = stage_registry.build(
             "corrector",

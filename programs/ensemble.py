@@ -13,7 +13,6 @@ generator wrote and whether any was right (oracle EX).
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -28,11 +27,11 @@ from sqlweave.programs.voting import (
     Candidates,
     PoolRepair,
     Sampler,
-    VoteSelector,
     VoteTally,
     group_outcomes,
     origin_generator,
     sampled_origins,
+    settle_for,
 )
 
 logger = logging.getLogger(__name__)
@@ -145,8 +144,7 @@ class EnsembleSQL(SQLProgram):
         repair_max: int | None = None,
     ) -> None:
         names = parse_names(generators)
-        if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
-            raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+        stage_registry.check_samples(samples)
         if greedy_weight < 0:
             raise ValueError(f"greedy_weight must be >= 0, got {greedy_weight!r}")
         super().__init__()
@@ -178,10 +176,11 @@ class EnsembleSQL(SQLProgram):
 
     @property
     def _plain_vote(self) -> bool:
-        """Whether the selection is the unweighted vote, which may stop the pool early (not
-        with a repair that may revive what a settled vote counted out: ``PoolRepair.revives``)."""
+        """Whether the selection is the unweighted vote, which may stop the pool early
+        (:func:`~sqlweave.programs.voting.settle_for`: the selector declares ``settles_early``,
+        the weights are equal, and no repair may revive what a settled vote counted out)."""
         uniform = len(set(self.weight_of.values())) == 1 and self.greedy_weight == 1.0
-        return type(self.selector) is VoteSelector and uniform and not self.repair.revives
+        return bool(settle_for(self.selector, needs_all=not uniform or self.repair.revives))
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         """Besides the output contract (:mod:`sqlweave.programs.stages`): ``candidate_origins``
@@ -225,10 +224,10 @@ class EnsembleSQL(SQLProgram):
         pool = Candidates(sqls, outcomes)
         select_ask = {**ask, "db": db, "db_schema": schema_text}
         if len(sqls) > 1:
-            options: dict[str, Any] = {} if self._plain_vote else {"weights": weights}
-            if not _takes(self.selector, "weights"):
-                options = {}
-            if _takes(self.selector, "sources"):
+            options: dict[str, Any] = {}
+            if not self._plain_vote and stage_registry.declares(self.selector, "takes_weights"):
+                options["weights"] = weights
+            if stage_registry.declares(self.selector, "takes_sources"):
                 options["sources"] = [origin_generator(origin) for origin in origins]
             sql = ran("selector", self.selector, candidates=pool, **select_ask, **options).sql
         else:
@@ -246,15 +245,6 @@ class EnsembleSQL(SQLProgram):
             schema=schema_text,
             drawn=drawn,
         )
-
-
-def _takes(selector: Any, argument: str) -> bool:
-    """Whether ``selector``'s forward accepts ``argument`` (the vote, the runoff and across take
-    ``weights``; across takes ``sources``, each candidate's generator)."""
-    try:
-        return argument in inspect.signature(type(selector).forward).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 __all__ = ["DEFAULT_GENERATORS", "EnsembleSQL", "parse_names", "parse_weights"]

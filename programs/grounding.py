@@ -138,6 +138,8 @@ class GroundedSelector(VoteSelector):
     that list).
     """
 
+    settles_early = False  # the vote among the grounded ones is not the plain vote
+
     def __init__(
         self, timeout_s: float = FEEDBACK_TIMEOUT_S, lookup_timeout_s: float = LOOKUP_TIMEOUT_S
     ) -> None:

@@ -410,6 +410,8 @@ class RankSelector(VoteSelector):
     vote only when its top class holds at most this share of it (default: the packaged gate).
     """
 
+    settles_early = False  # a class the vote counted out may still score best
+
     def __init__(
         self,
         weights: Mapping[str, float] | None = None,

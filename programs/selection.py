@@ -161,6 +161,8 @@ class RunoffSelector(dspy.Module):
     ``settle``): a vote that cannot change can still be close.
     """
 
+    takes_weights = True
+
     def __init__(
         self, threshold: float = 0.5, max_rows: int = 5, timeout_s: float = FEEDBACK_TIMEOUT_S
     ) -> None:

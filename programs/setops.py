@@ -11,9 +11,9 @@ answer has, among the conjuncts of its WHERE, ``col IN (v1, v2)`` with exactly t
 SELECT becomes ``<it with col = v1> INTERSECT <it with col = v2>`` (the rows that hold for each
 value). It is conservative: a SELECT that groups, orders or limits is left alone (a ``GROUP BY …
 HAVING COUNT(DISTINCT col) = 2`` already says "both", and SQLite takes no ORDER BY inside a
-compound's arm), as is a list under an ``OR`` or a ``NOT``. :class:`IntersectCorrector` (the
-``rules_intersect`` corrector) runs MageSQL's rules, then the rewrite, and keeps it only if it
-runs and returns a row: "the ages of both Alice and Bob" asks for a list, and its INTERSECT
+compound's arm), as is a list under an ``OR`` or a ``NOT``. :class:`IntersectRewrite` (the
+``intersect`` corrector; ``rules+intersect``, alias ``rules_intersect``, runs MageSQL's rules
+first) keeps the rewrite only if it runs and returns a row: "the ages of both Alice and Bob" asks for a list, and its INTERSECT
 usually comes back empty (not when the two share an age: a known miss of the check).
 """
 
@@ -28,7 +28,7 @@ from sqlglot import exp
 
 from sqlweave.db import Database, ExecutionError
 from sqlweave.programs.base import resolve_database
-from sqlweave.programs.correction import RuleCorrector
+from sqlweave.programs.chain import Chain
 from sqlweave.sqlstruct import parse
 
 #: The question's cue, as a whole word.
@@ -128,30 +128,33 @@ def checked_rewrite(sql: str, question: str, db: Database, timeout_s: float = 10
     return None if isinstance(rows, ExecutionError) or not rows else rewritten
 
 
-class IntersectCorrector(dspy.Module):
-    """The ``rules_intersect`` corrector: MageSQL's rules, then :func:`checked_rewrite`. No LM
-    call."""
+class IntersectRewrite(dspy.Module):
+    """The ``intersect`` corrector: :func:`checked_rewrite` alone (no LM call); chained after
+    MageSQL's rules it is ``rules+intersect`` (:class:`IntersectCorrector`)."""
 
     def __init__(self, timeout_s: float = 10.0) -> None:
         super().__init__()
         self.timeout_s = timeout_s
-        self.rules = RuleCorrector()
 
     def forward(
         self, sql: str, db: Database | str | Path, question: str = "", **_: Any
     ) -> dspy.Prediction:
-        database = resolve_database(db)
-        ruled = self.rules(sql=sql, db=database, question=question)
-        rewritten = checked_rewrite(ruled.sql, question, database, self.timeout_s)
+        rewritten = checked_rewrite(sql, question, resolve_database(db), self.timeout_s)
         if rewritten is None:
-            return ruled
-        step = {"sql": ruled.sql, "feedback": 'intersect: "both" read as each value'}
-        return dspy.Prediction(
-            sql=rewritten,
-            rounds=ruled.rounds + 1,
-            history=[*ruled.history, step],
-            fired=[*ruled.fired, "both_as_intersect"],
-        )
+            return dspy.Prediction(sql=sql, rounds=0, history=[], fired=[])
+        step = {"sql": sql, "feedback": 'intersect: "both" read as each value'}
+        return dspy.Prediction(sql=rewritten, rounds=1, history=[step], fired=["both_as_intersect"])
 
 
-__all__ = ["BOTH", "IntersectCorrector", "both_as_intersect", "checked_rewrite"]
+class IntersectCorrector(Chain):
+    """The ``rules_intersect`` corrector: the chain ``rules+intersect`` under its recorded name
+    (MageSQL's rules, then :func:`checked_rewrite`). No LM call."""
+
+    STEPS = ("rules", "intersect")
+
+    def __init__(self, timeout_s: float = 10.0) -> None:
+        super().__init__(settings={"intersect": {"timeout_s": timeout_s}})
+        self.timeout_s = timeout_s
+
+
+__all__ = ["BOTH", "IntersectCorrector", "IntersectRewrite", "both_as_intersect", "checked_rewrite"]

@@ -38,9 +38,15 @@ corrector     ``none``; ``execution`` (Dubo-SQL / RSL-SQL: fix while the SQL fai
               nothing); ``rules`` (MageSQL's rule-based correction, no LM call); ``mage``
               (MageSQL's rules, then its guideline prompt on predicted-hard cases);
               ``joins`` (the joins a column of an unjoined table needs, no LM call);
-              ``rules_intersect`` (MageSQL's rules, then "both X and Y" written as an
-              INTERSECT where the answer reads it as ``IN (X, Y)``, no LM call)
+              ``intersect`` ("both X and Y" written as an INTERSECT where the answer reads
+              it as ``IN (X, Y)``, no LM call); ``rules_intersect`` (``rules+intersect``)
 ============  ===============================================================================
+
+Correctors chain: ``corrector="rules+intersect"`` runs ``rules``, then ``intersect`` on its
+answer (:class:`~sqlweave.programs.chain.Chain`); any registered correctors may be chained this
+way, and a name registered for a combination builds the same chain.
+
+Each role's call is a :class:`typing.Protocol` in :mod:`sqlweave.programs.roles`.
 
 The other stages are shared classes rather than roles with alternatives: schema context
 (:mod:`sqlweave.caches`, one cache per database), demo source
@@ -52,7 +58,8 @@ A seed takes ``linker=``, ``selector=`` and ``corrector=`` constructor arguments
 (saved with a compiled artefact, and what ``sqlweave ... --set linker=bidirectional`` passes) or
 a stage instance (used as given, not saved). Its paper's choice is the default. A program never
 asks which class or name a stage has: a stage declares what it does (:data:`CAPABILITIES`:
-``is_noop``, ``picks_first``, ``links_forward``, ``links_backward``) and the program reads that
+``is_noop``, ``picks_first``, ``settles_early``, ``takes_weights``, ``takes_sources``,
+``links_forward``, ``links_backward``) and the program reads that
 with :func:`declares`, so a user's stage that declares the same is treated the same. A new
 implementation is one class and one :func:`register` call.
 
@@ -73,6 +80,7 @@ from typing import Any
 
 import dspy
 
+from sqlweave.programs.chain import SEPARATOR, Chain, chain_names
 from sqlweave.registry import Registry
 
 #: role -> name -> ``module:Class`` (imported on first use, so the registry costs nothing).
@@ -110,6 +118,8 @@ STAGES: dict[str, Registry] = {
             "rules": "sqlweave.programs.correction:RuleCorrector",
             "mage": "sqlweave.programs.mage:MageCorrector",
             "joins": "sqlweave.programs.joins:JoinCorrector",
+            "intersect": "sqlweave.programs.setops:IntersectRewrite",
+            # A combination under the name recorded runs and presets use: rules+intersect.
             "rules_intersect": "sqlweave.programs.setops:IntersectCorrector",
         },
         base=dspy.Module,
@@ -143,6 +153,14 @@ CAPABILITIES: dict[str, bool] = {
     "is_noop": False,
     # A selector that keeps the first candidate without looking at the others (``first``).
     "picks_first": False,
+    # A selector whose answer is the unweighted execution vote's (``vote``): candidates sampled
+    # only for it may stop once the vote is settled (voting.settle_for). One that needs every
+    # candidate (an LM judge, ``across``, ``ranked``, ``grounded``) leaves this False.
+    "settles_early": False,
+    # A selector that reads ``weights=`` (one per candidate); others are not given them.
+    "takes_weights": False,
+    # A selector that reads ``sources=`` (each candidate's generator, ``across``).
+    "takes_sources": False,
     # A linker that can link before any draft exists: its ``forward_linker`` (the linker itself
     # when it has no such part) is called without one, and its result passed back to the linker
     # as ``forward_linked``.
@@ -249,6 +267,8 @@ def build(
         )
     if not isinstance(spec, str):
         raise TypeError(f"{role} must be a registry name or a dspy.Module, got {spec!r}")
+    if role == "corrector" and SEPARATOR in spec:
+        return Chain(chain_names(spec), settings=settings)
     return stage_class(role, spec)(**options, **(settings or {}).get(spec, {}))
 
 
@@ -256,12 +276,17 @@ def name_of(role: str, spec: str | dspy.Module) -> str | None:
     """The registry name of ``spec`` (a name, or an instance of a registered class), else None.
 
     Programs record this among their switches, so an artefact rebuilds the same stage; a user's
-    own stage class has no name and is not saved (pass it again after loading).
+    own stage class has no name and is not saved (pass it again after loading). A corrector
+    chain is named by its spec (``rules+intersect``), which rebuilds it.
     """
     if isinstance(spec, str):
-        stage_class(role, spec)  # validates
+        parts = chain_names(spec) if role == "corrector" and SEPARATOR in spec else [spec]
+        for part in parts:
+            stage_class(role, part)  # validates
         return spec
-    return _names(role).name_of(spec)
+    name = _names(role).name_of(spec)
+    rebuilt = getattr(spec, "spec", None)  # a chain built from names says how
+    return name if name is not None or not isinstance(rebuilt, str) else rebuilt
 
 
 def role_switches(**specs: str | dspy.Module) -> dict[str, str | None]:
@@ -269,15 +294,19 @@ def role_switches(**specs: str | dspy.Module) -> dict[str, str | None]:
     return {role: name_of(role, spec) for role, spec in specs.items()}
 
 
-def check_samples(samples: Any, selector: str | dspy.Module) -> int:
-    """``samples`` validated for a program that adds sampled candidates to its own query.
+def check_samples(samples: Any, selector: str | dspy.Module | None = None) -> int:
+    """``samples`` validated: the one check of every program's ``samples`` switch.
 
-    Extra samples only matter when a selector chooses among the candidates: with ``first`` the
-    greedy query would always win and the samples would be paid for and thrown away, so that
-    combination is refused (the switch search records it as invalid rather than running it).
+    An integer >= 1 (not a bool). With a ``selector`` (a program that adds sampled candidates to
+    its own query): extra samples only matter when a selector chooses among the candidates; with
+    ``first`` the greedy query would always win and the samples would be paid for and thrown
+    away, so that combination is refused (the switch search records it as invalid rather than
+    running it).
     """
     if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
         raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+    if selector is None:
+        return samples
     chooser = stage_class("selector", selector) if isinstance(selector, str) else selector
     if samples > 1 and declares(chooser, "picks_first"):
         raise ValueError(

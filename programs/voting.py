@@ -41,6 +41,10 @@ from sqlweave.lm import EarlyStop, batched_samples
 from sqlweave.metrics import has_top_level_order_by, results_match
 from sqlweave.programs.base import SQLProgram, resolve_database
 from sqlweave.programs.feedback import FEEDBACK_TIMEOUT_S, execute_quietly, is_empty
+from sqlweave.programs.repair import REPAIR_SCOPES as REPAIR_SCOPES  # re-exported
+from sqlweave.programs.repair import PoolRepair as PoolRepair
+from sqlweave.programs.repair import repair_failed as repair_failed
+from sqlweave.programs.stages import declares
 from sqlweave.sqltext import extract_sql
 
 logger = logging.getLogger(__name__)
@@ -438,6 +442,11 @@ class VoteSelector(dspy.Module):
     ``Prediction(sql, choice, lm_called, vote)`` with ``choice`` 1-based.
     """
 
+    #: Stage capabilities (stages.CAPABILITIES): the plain vote may stop its sampler early and
+    #: reads weights. A subclass that needs every candidate sets ``settles_early = False``.
+    settles_early = True
+    takes_weights = True
+
     def __init__(self, timeout_s: float = FEEDBACK_TIMEOUT_S) -> None:
         super().__init__()
         self.timeout_s = timeout_s
@@ -468,8 +477,11 @@ class AcrossSelector(VoteSelector):
     Several samples of one prompt agreeing are weaker evidence than two prompts agreeing: a
     prompt's samples share its misreadings. Without ``sources`` it is the (weighted) vote. It
     needs every candidate (a settled vote can still be overturned across sources), so a sampler
-    feeding it must not stop early (``settle_for`` settles only the plain :class:`VoteSelector`).
+    feeding it must not stop early (it does not declare ``settles_early``).
     """
+
+    settles_early = False
+    takes_sources = True
 
     def forward(  # type: ignore[override]
         self,
@@ -547,122 +559,22 @@ def origin_generator(origin: str | None) -> str:
     return str(origin or "?").split(":", 1)[0]
 
 
-#: Where a ``repair`` stage acts on a pool: ``fallback`` only when no candidate runs (a settled
-#: vote is never touched, so a settling sampler stays exact), ``all`` on every failing one.
-REPAIR_SCOPES = ("fallback", "all")
-
-
-def repair_failed(
-    sqls: list[str],
-    origins: list[str],
-    outcome: Callable[[str], QueryResult | ExecutionError],
-    repair: Any,
-    ask: dict[str, Any],
-    *,
-    scope: str = "fallback",
-    limit: int | None = None,
-) -> int:
-    """Repair, in place, the candidates that fail to run; returns how many were replaced.
-
-    The ``limit`` distinct failing queries most candidates wrote (the earliest of ties; None:
-    all) go to the corrector ``repair`` once each, with ``ask`` (db, question, evidence,
-    schema); where its answer runs, every copy is replaced and its origin marked
-    ``:repaired``. With ``scope="fallback"`` nothing happens while some candidate runs.
-
-    A repaired query that runs is not a right one: on spider-train-val, completing the joins of
-    every failing candidate of the ensemble's pool cost a point (its wrong readings, now
-    running, outvote right ones) while repairing only pools where nothing ran cost none, and
-    lifted bird-52, whose lookup tables the model leaves unjoined, from 50.0 to 67.3.
-    """
-    failing: dict[str, int] = {}
-    for sql in sqls:
-        if isinstance(outcome(sql), ExecutionError):
-            failing[sql] = failing.get(sql, 0) + 1
-    if not failing or (scope == "fallback" and len(failing) < len(set(sqls))):
-        return 0
-    replaced = 0
-    for broken in sorted(failing, key=lambda sql: -failing[sql])[:limit]:
-        fixed = repair(sql=broken, **ask).sql
-        if not fixed or fixed == broken or isinstance(outcome(fixed), ExecutionError):
-            continue
-        for i, sql in enumerate(sqls):
-            if sql == broken:
-                sqls[i] = fixed
-                origins[i] = f"{origins[i]}:repaired"
-                replaced += 1
-    return replaced
-
-
-class PoolRepair(dspy.Module):
-    """The ``repair`` stage of a candidate pool (``direct``, ``ensemble``): the corrector
-    ``corrector`` (a registry name or module; ``execution`` gets one round and schema hints)
-    for the candidates that fail to run, where ``scope`` says, at most ``limit`` distinct
-    queries (:func:`repair_failed`). ``none`` is no repair."""
-
-    def __init__(
-        self,
-        corrector: str | dspy.Module = "none",
-        scope: str = "fallback",
-        limit: int | None = None,
-    ) -> None:
-        from sqlweave.programs import stages as stage_registry
-
-        if scope not in REPAIR_SCOPES:
-            raise ValueError(
-                f"repair_scope must be one of {', '.join(REPAIR_SCOPES)}, not {scope!r}"
-            )
-        if limit is not None and (
-            not isinstance(limit, int) or isinstance(limit, bool) or limit < 0
-        ):
-            raise ValueError(f"repair_max must be None or an integer >= 0, got {limit!r}")
-        super().__init__()
-        self.corrector = stage_registry.build(
-            "corrector", corrector, settings={"execution": {"max_rounds": 1, "schema_hints": True}}
-        )
-        self.scope, self.limit = scope, limit
-
-    @property
-    def active(self) -> bool:
-        """Whether it repairs anything (not ``none``)."""
-        return not getattr(self.corrector, "is_noop", False)
-
-    @property
-    def revives(self) -> bool:
-        """Whether it may change a settled vote: repairing every failing candidate can revive
-        one the vote counted out, so a sampler must not stop early; a fallback repair acts
-        only where nothing ran, which no settled vote is."""
-        return self.active and self.scope == "all"
-
-    def forward(
-        self,
-        sqls: list[str],
-        origins: list[str],
-        outcome: Callable[[str], QueryResult | ExecutionError],
-        ask: dict[str, Any],
-        ran: Any = None,
-    ) -> int:
-        """:func:`repair_failed` on the pool, in place; records the corrector in ``ran`` (a
-        :class:`~sqlweave.programs.stages.Ran`) when it replaced something."""
-        if not self.active:
-            return 0
-        replaced = repair_failed(
-            sqls, origins, outcome, self.corrector, ask, scope=self.scope, limit=self.limit
-        )
-        if replaced and ran is not None:
-            ran.record("corrector", self.corrector)
-        return replaced
-
-
 def origin_is_greedy(origin: str | None) -> bool:
     """Whether an origin names a generator's greedy candidate (``"sea:greedy"``, also once
     repaired: ``"sea:greedy:repaired"``)."""
     return str(origin or "").split(":")[1:2] == ["greedy"]
 
 
-def settle_for(selector: Any) -> dict[str, Any]:
+def settle_for(selector: Any, *, needs_all: bool = False) -> dict[str, Any]:
     """:class:`Sampler` settings for candidates that go to ``selector`` (and are otherwise only
-    recorded): ``settle`` when it is the plain execution vote, which samples need not outlast
-    once it is decided; nothing for any other selector (an LM judge, a weighted vote)."""
-    if type(selector) is VoteSelector:
-        return {"settle": True, "settle_timeout_s": selector.timeout_s}
-    return {}
+    recorded): the one decision of whether drawing candidates may stop early.
+
+    ``settle`` when the selector declares ``settles_early`` (its answer is the unweighted
+    execution vote's, which samples need not outlast once it is decided) and nothing else needs
+    every candidate (``needs_all``: weights, candidates mended before the vote, a repair that
+    may revive one the vote counted out); nothing otherwise. ``ensemble`` asks the same before
+    each generator.
+    """
+    if needs_all or not declares(selector, "settles_early"):
+        return {}
+    return {"settle": True, "settle_timeout_s": getattr(selector, "timeout_s", FEEDBACK_TIMEOUT_S)}

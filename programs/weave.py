@@ -128,9 +128,9 @@ class WeaveSQL(SQLProgram):
             raise ValueError(
                 f"unknown schema_layout {schema_layout!r}; choose one of {', '.join(SCHEMA_LAYOUTS)}"
             )
-        for name, value, low in (("num_demos", num_demos, 0), ("samples", samples, 1)):
-            if not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not isinstance(num_demos, int) or num_demos < 0:
+            raise ValueError(f"num_demos must be an integer >= 0, got {num_demos!r}")
+        stage_registry.check_samples(samples)
         if not isinstance(repair_rounds, int) or repair_rounds < 0:
             raise ValueError(f"repair_rounds must be an integer >= 0, got {repair_rounds!r}")
         if not 0 <= float(temperature) <= 2:
@@ -147,7 +147,7 @@ class WeaveSQL(SQLProgram):
             self.generate,
             n=samples,
             temperature=self.temperature,
-            **(settle_for(self.selector) if not candidate_rules else {}),
+            **settle_for(self.selector, needs_all=bool(candidate_rules)),
         )
         self.corrector = stage_registry.build(
             "corrector",
