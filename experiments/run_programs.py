@@ -24,6 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sqlweave.runs import model_tag  # re-exported: two scripts import it from here
+
 RESULTS = Path(__file__).resolve().parent / "results" / "programs"
 
 
@@ -42,10 +44,6 @@ def _slice(dataset: str, n: int, seed: int) -> list[Any]:
     if dataset == "spider":
         return eval_slice(load_spider(split="dev"), n=n or None, seed=seed)
     return eval_slice(load_bird(split="dev"), n=n or None, seed=seed)
-
-
-def model_tag(model: str) -> str:
-    return model.split(":")[-1].replace("/", "_").replace("qwen2.5-coder-", "")
 
 
 def run_one(

@@ -1,6 +1,7 @@
-"""experiments/protocol.py --table: one row per summary, naive first, and the share of calls that
-DSPy's cache answered shown beside the cost, so a row whose tokens and seconds come mostly from
-cache hits cannot pass for a cold run's cost."""
+"""sqlweave.runs (what experiments/protocol.py records and tabulates): one row per summary, naive
+first, and the share of calls that DSPy's cache answered shown beside the cost, so a row whose
+tokens and seconds come mostly from cache hits cannot pass for a cold run's cost; a run's
+identity, resume and provenance."""
 
 from __future__ import annotations
 
@@ -9,16 +10,7 @@ from pathlib import Path
 
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-
-
-@pytest.fixture()
-def protocol(monkeypatch, tmp_path):
-    monkeypatch.syspath_prepend(str(EXPERIMENTS))
-    import protocol
-
-    monkeypatch.setattr(protocol, "RESULTS", tmp_path)
-    return protocol
+from sqlweave import runs
 
 
 def _summary(program: str, ex: float, usage: dict | None, config: str = "") -> dict:
@@ -34,7 +26,7 @@ def _summary(program: str, ex: float, usage: dict | None, config: str = "") -> d
     }
 
 
-def test_table_shows_cached_calls_beside_cost(protocol, tmp_path):
+def test_table_shows_cached_calls_beside_cost(tmp_path):
     cold = {
         "calls": 1.0,
         "cached_calls": 0.0,
@@ -54,7 +46,7 @@ def test_table_shows_cached_calls_beside_cost(protocol, tmp_path):
         json.dumps(_summary("weave", 0.48, warm, config="compiled-search"))
     )
     (tmp_path / "old__bird-52__1.5b.json").write_text(json.dumps(_summary("old", 0.30, None)))
-    lines = protocol.table().splitlines()
+    lines = runs.table(tmp_path).splitlines()
     header = next(line for line in lines if line.startswith("| program"))
     assert "| calls/q | cached/q | tokens/q | s/q |" in header
     rows = [line for line in lines if line.startswith("| ") and not line.startswith("| program")]
@@ -75,7 +67,7 @@ def _records(path: Path, correct: list[bool]) -> None:
     )
 
 
-def test_a_compiled_run_compares_with_the_uncompiled_records_it_names(protocol, tmp_path):
+def test_a_compiled_run_compares_with_the_uncompiled_records_it_names(tmp_path):
     # direct's defaults changed after its compiled run was measured: the comparison must keep
     # reading the records of the program that was compiled, not today's default run.
     compiled = tmp_path / "direct__compiled-search__bird-52__1.5b.jsonl"
@@ -83,10 +75,10 @@ def test_a_compiled_run_compares_with_the_uncompiled_records_it_names(protocol, 
     _records(tmp_path / "direct__bird-52__1.5b.jsonl", [True, True, True, True])
     _records(tmp_path / "direct__compact_script__bird-52__1.5b.jsonl", [False, False, True, False])
     kwargs = dict(program="direct", config="compiled-search", switches={}, slice_name="bird-52")
-    default = protocol.summarize_run(compiled, model="local:qwen2.5-coder-1.5b", **kwargs)
+    default = runs.summarize_run(compiled, model="local:qwen2.5-coder-1.5b", **kwargs)
     assert default["uncompiled_records"] == "direct__bird-52__1.5b.jsonl"
     assert default["vs_uncompiled"]["only_baseline"] == 1
-    named = protocol.summarize_run(
+    named = runs.summarize_run(
         compiled,
         model="local:qwen2.5-coder-1.5b",
         uncompiled="direct__compact_script__bird-52__1.5b.jsonl",
@@ -96,7 +88,7 @@ def test_a_compiled_run_compares_with_the_uncompiled_records_it_names(protocol, 
     assert named["vs_uncompiled"]["only_run"] == 2 and named["vs_uncompiled"]["only_baseline"] == 0
 
 
-def test_a_resume_under_other_switches_is_refused(protocol, tmp_path, demo_concert_db):
+def test_a_resume_under_other_switches_is_refused(tmp_path, demo_concert_db):
     import dspy
     from dspy.utils import DummyLM
 
@@ -114,10 +106,10 @@ def test_a_resume_under_other_switches_is_refused(protocol, tmp_path, demo_conce
     out = tmp_path / "direct__spider-dev-200__1.5b.jsonl"
     old = programs.get("direct", schema_layout="compact", corrector="none")
     new = programs.get("direct")
-    first = protocol._identity("direct", dict(old.switches), "spider-dev-200", "m")
+    first = runs.run_identity("direct", dict(old.switches), "spider-dev-200", "m")
     with dspy.context(lm=DummyLM([{"sql": "SELECT count(*) FROM singer"}] * 3)):
         evaluate(old, [ex], out_path=out, resume=True, progress=False, identity=first)
-        again = protocol._identity("direct", dict(new.switches), "spider-dev-200", "m")
+        again = runs.run_identity("direct", dict(new.switches), "spider-dev-200", "m")
         with pytest.raises(ValueError):
             evaluate(new, [ex], out_path=out, resume=True, progress=False, identity=again)
     assert (
@@ -126,47 +118,47 @@ def test_a_resume_under_other_switches_is_refused(protocol, tmp_path, demo_conce
     )
 
 
-def test_run_identities_beside_the_records_are_not_summaries(protocol, tmp_path):
+def test_run_identities_beside_the_records_are_not_summaries(tmp_path):
     (tmp_path / "naive__bird-52__1.5b.json").write_text(json.dumps(_summary("naive", 0.25, None)))
     (tmp_path / "naive__bird-52__1.5b.jsonl.run.json").write_text(
         json.dumps({"_run": {"program": "naive", "switches": {}}})
     )
-    assert "| naive | 52 |" in protocol.table()
+    assert "| naive | 52 |" in runs.table(tmp_path)
 
 
-def test_a_run_recorded_before_a_switch_existed_resumes_at_its_default(protocol, tmp_path):
+def test_a_run_recorded_before_a_switch_existed_resumes_at_its_default(tmp_path):
     from sqlweave import programs
     from sqlweave.evaluate import _write_identity
 
     out = tmp_path / "direct__spider-dev-200__1.5b.jsonl"
     out.write_text('{"question_id": "q0"}\n')
-    now = protocol._identity("direct", dict(programs.get("direct").switches), "dev", "m")
+    now = runs.run_identity("direct", dict(programs.get("direct").switches), "dev", "m")
     before = {k: v for k, v in now["switches"].items() if not k.startswith("repair")}
     _write_identity(out, {**now, "switches": before})  # written before `repair` existed
-    assert protocol.resumable_identity(now, out)["switches"] == before
+    assert runs.resumable_identity(now, out)["switches"] == before
     # a new switch set away from its default, or any other difference, is left to be refused
-    other = protocol._identity(
+    other = runs.run_identity(
         "direct", dict(programs.get("direct", repair="joins").switches), "dev", "m"
     )
-    assert protocol.resumable_identity(other, out) == other
+    assert runs.resumable_identity(other, out) == other
     moved = {**now, "switches": {**now["switches"], "samples": 4}}
-    assert protocol.resumable_identity(moved, out) == moved
+    assert runs.resumable_identity(moved, out) == moved
 
 
-def test_a_resume_that_ran_nothing_keeps_the_provenance_of_the_run_that_did(protocol):
+def test_a_resume_that_ran_nothing_keeps_the_provenance_of_the_run_that_did():
     made = {"n_threads": 1, "wall_seconds_this_invocation": 1248.5, "commit": "b3214e0"}
     made["finished"] = "2026-11-23T23:31:16+00:00"
     fresh = {"n_threads": 2, "wall_seconds_this_invocation": 0.1, "commit": "9114f42"}
     fresh["finished"] = "2026-11-26T22:44:02+00:00"
     old = {**_summary("naive", 0.555, None), **made}
-    assert protocol.provenance(old, ran_nothing=True, fresh=fresh) == made
+    assert runs.provenance(old, ran_nothing=True, fresh=fresh) == made
     # records added, no summary yet, or one written before these fields: this invocation's
-    assert protocol.provenance(old, ran_nothing=False, fresh=fresh) == fresh
-    assert protocol.provenance(None, ran_nothing=True, fresh=fresh) == fresh
-    assert protocol.provenance(_summary("naive", 0.5, None), ran_nothing=True, fresh=fresh) == fresh
+    assert runs.provenance(old, ran_nothing=False, fresh=fresh) == fresh
+    assert runs.provenance(None, ran_nothing=True, fresh=fresh) == fresh
+    assert runs.provenance(_summary("naive", 0.5, None), ran_nothing=True, fresh=fresh) == fresh
 
 
-def test_a_cold_run_says_so_and_a_resume_keeps_it(protocol):
+def test_a_cold_run_says_so_and_a_resume_keeps_it():
     """``--no-cache`` runs are marked ``response_cache: false``; a no-op resume keeps the mark,
     and a summary older than the field keeps its other provenance (the field is not required)."""
     made = {"n_threads": 2, "wall_seconds_this_invocation": 2100.0, "commit": "abc1234"}
@@ -174,25 +166,15 @@ def test_a_cold_run_says_so_and_a_resume_keeps_it(protocol):
     fresh = {"n_threads": 2, "wall_seconds_this_invocation": 0.1, "commit": "def5678"}
     fresh |= {"finished": "2026-11-27T10:00:00+00:00", "response_cache": True}
     old = {**_summary("direct", 0.8, None), **made}
-    assert protocol.provenance(old, ran_nothing=True, fresh=fresh) == made
+    assert runs.provenance(old, ran_nothing=True, fresh=fresh) == made
     older = {k: v for k, v in old.items() if k != "response_cache"}
-    assert protocol.provenance(older, ran_nothing=True, fresh=fresh) == {
+    assert runs.provenance(older, ran_nothing=True, fresh=fresh) == {
         k: v for k, v in made.items() if k != "response_cache"
     }
 
 
-def test_no_cache_builds_the_lm_without_the_response_cache(protocol, monkeypatch):
-    import sqlweave.lm
-
-    seen: list[dict] = []
-
-    def fake_configure(model, **options):
-        seen.append(options)
-        raise SystemExit("stop before any LM call")
-
-    monkeypatch.setattr(sqlweave.lm, "configure", fake_configure)
-    for argv, cache in ((["--no-cache"], False), ([], None)):
-        args = protocol.build_parser().parse_args(["--program", "naive", "--n-threads", "2", *argv])
-        with pytest.raises(SystemExit):
-            protocol.run(args)
-        assert seen[-1].get("cache") is cache and seen[-1]["n_threads"] == 2
+def test_no_cache_asks_for_an_lm_without_the_response_cache():
+    assert runs.lm_options(2, no_cache=True) == {"n_threads": 2, "cache": False}
+    # without --no-cache the engine keeps its own default, and no thread count means its own
+    assert runs.lm_options(2, no_cache=False) == {"n_threads": 2}
+    assert runs.lm_options(None, no_cache=False) == {}
