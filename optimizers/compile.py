@@ -53,7 +53,7 @@ from sqlweave.programs import SQLProgram
 
 logger = logging.getLogger(__name__)
 
-OPTIMIZERS = ("labeled", "bootstrap", "random_search", "knn", "mipro", "gepa", "search")
+OPTIMIZERS = registry.BUILTIN
 """The built-in optimizer names (:func:`sqlweave.optimizers.registry.available` lists every
 registered one); any two or more joined by ``+`` run in sequence."""
 

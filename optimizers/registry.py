@@ -71,6 +71,10 @@ _REGISTRY = Registry(
     unknown=UnknownOptimizerError,
 )
 
+#: The built-in optimizer names, in the registry's order (``OPTIMIZERS`` of
+#: :mod:`sqlweave.optimizers.compile`); :func:`available` also lists those registered later.
+BUILTIN: tuple[str, ...] = tuple(_REGISTRY)
+
 
 def available() -> list[str]:
     """The registered optimizer names."""

@@ -50,8 +50,9 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
@@ -64,85 +65,38 @@ from sqlweave.programs import SQLProgram
 
 logger = logging.getLogger(__name__)
 
-#: Per program (by its ``name``), the switches searched by default and their choices: a few of
-#: its documented switches and stage choices (``linker``, ``selector``, ``corrector`` from
-#: :mod:`sqlweave.programs.stages`). Each program's own default is among the choices, so the
-#: first trial is the program as it is. Switches that a program no longer takes are dropped
-#: with a warning.
-DEFAULT_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
-    "direct": {
-        "schema_layout": ("native", "compact", "pretty"),
-        "linker": ("none", "tables", "values"),
-        "samples": (1, 5),
-        "corrector": ("rules", "none", "execution"),
-        "repair": ("none", "joins"),
-    },
-    "weave": {
-        "num_demos": (0, 2, 4),
-        "samples": (1, 5, 8),
-        "value_hints": (True, False),
-        "repair_rounds": (0, 1),
-        "schema_layout": ("native", "compact"),
-    },
-    "sea": {
-        "bias_elimination": (True, False),
-        "execution_adjustment": (True, False),
-        "values_per_column": (0, 2, 4),
-        "foreign_keys": (False, True),
-        "linker": ("none", "values"),
-    },
-    "pet": {
-        "num_demos": (0, 2, 4),
-        "schema_linking": (True, False),
-        "consistency": ("cross", "self", "none"),
-        "cell_values": (True, False),
-        "corrector": ("none", "execution"),
-    },
-    "mage": {
-        "samples": (1, 8),
-        "selector": ("first", "vote"),
-        "strategy": ("graph", "question", "random", "none"),
-        "num_demos": (2, 4),
-        "rule_correction": (True, False),
-        "prompt_correction": (True, False),
-    },
-    "rsl": {
-        "num_demos": (0, 3),
-        "schema_linking": (True, False),
-        "augmentation": (True, False),
-        "selection": (True, False),
-        "selector": ("lm", "vote"),
-        "self_correction": (True, False),
-    },
-    "dubo_v1": {
-        "samples": (1, 8),
-        "selector": ("first", "vote"),
-        "sample_rows": (0, 3, 5),
-        "retry_on_error": (True, False),
-        "descriptions": (False, True),
-    },
-    "ensemble": {
-        "generators": (
-            "dubo_v2,pet,sea",
-            "direct,dubo_v1,dubo_v2,sea,pet",
-            "direct,dubo_v1,sea",
-            "direct,sea,pet",
-            "direct,dubo_v1",
-        ),
-        "samples": (4, 2, 8),
-        "weights": ("", "direct=2", "sea=2", "dubo_v1=2"),
-        "greedy_weight": (2.0, 1.0),
-        "selector": ("across", "vote", "runoff"),
-        "candidate_rules": (False, True),
-        "repair": ("joins", "none"),
-    },
-    "dubo_v2": {
-        "num_demos": (0, 2, 4),
-        "diverse": (True, False),
-        "json_output": (True, False),
-        "error_correction": (True, False),
-    },
-}
+
+class _DefaultSpaces(Mapping[str, dict[str, tuple[Any, ...]]]):
+    """Per registered program name, the space its class declares (``SEARCH_SPACE``, beside the
+    program's switches): read from :data:`sqlweave.programs.PROGRAMS` when asked, so a program
+    registered later is in it too, and a new program's space is written in one place."""
+
+    def _spaces(self) -> dict[str, dict[str, tuple[Any, ...]]]:
+        from sqlweave.programs import PROGRAMS
+
+        spaces: dict[str, dict[str, tuple[Any, ...]]] = {}
+        for name in PROGRAMS:
+            declared = getattr(PROGRAMS[name], "SEARCH_SPACE", None)
+            if declared and getattr(PROGRAMS[name], "name", name) == name:
+                spaces[name] = dict(declared)
+        return spaces
+
+    def __getitem__(self, name: str) -> dict[str, tuple[Any, ...]]:
+        return self._spaces()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._spaces())
+
+    def __len__(self) -> int:
+        return len(self._spaces())
+
+
+#: Program name -> the switches searched by default and their choices, as each program declares
+#: them (``SEARCH_SPACE``): a few of its documented switches and stage choices (``linker``,
+#: ``selector``, ``corrector`` from :mod:`sqlweave.programs.stages`). Each program's own default
+#: is among the choices, so the first trial is the program as it is. Switches that a program no
+#: longer takes are dropped with a warning.
+DEFAULT_SPACES: Mapping[str, dict[str, tuple[Any, ...]]] = _DefaultSpaces()
 
 SAMPLERS = ("auto", "grid", "tpe", "random")
 
@@ -159,10 +113,10 @@ def _accepted_switches(program_cls: type) -> set[str] | None:
 
 
 def default_space(program: SQLProgram) -> dict[str, list[Any]]:
-    """The default search space of ``program`` (:data:`DEFAULT_SPACES`), limited to the
-    switches its constructor takes; ``ValueError`` when there is none."""
+    """The default search space of ``program``: the ``SEARCH_SPACE`` its class declares, limited
+    to the switches its constructor takes; ``ValueError`` when there is none."""
     name = getattr(program, "name", "")
-    entry = DEFAULT_SPACES.get(name)
+    entry = getattr(type(program), "SEARCH_SPACE", None)
     if not entry:
         raise ValueError(
             f"program {name or type(program).__name__!r} has no default search space; pass "
@@ -256,6 +210,24 @@ def _as_score(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return 0.0
+
+
+@dataclass
+class _Run:
+    """One search's plan and what its trials did so far (``done`` and ``invalid`` by
+    configuration id: the scored records, and why the program refused to build)."""
+
+    space: dict[str, list[Any]]
+    base: dict[str, Any]
+    build: Callable[..., SQLProgram]
+    val: list[dspy.Example]
+    baseline: dict[str, Any] | None
+    size: int
+    kind: str
+    grid: list[dict]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)
+    invalid: dict[str, str] = field(default_factory=dict)
 
 
 class SwitchSearch(SQLTeleprompter):
@@ -390,6 +362,18 @@ class SwitchSearch(SQLTeleprompter):
             import optuna
         except ImportError as err:  # optuna is a core dependency; a broken install
             raise ImportError("the search optimizer needs optuna: pip install optuna") from err
+        run = self._plan(student, valset if valset is not None else trainset)
+        verbosity = optuna.logging.get_verbosity()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.budget_stopped = False
+        try:
+            self._search(optuna, run)
+        finally:
+            optuna.logging.set_verbosity(verbosity)
+        return self._finish(student, run)
+
+    def _plan(self, student: SQLProgram, examples: list[dspy.Example]) -> _Run:
+        """The space (checked), the validation slice, the baseline and the sampler of a search."""
         build = self._builder(student)
         space = check_space(
             student, self.space if self.space is not None else default_space(student), build
@@ -401,12 +385,12 @@ class SwitchSearch(SQLTeleprompter):
                 "(run the search first, e.g. search+bootstrap)",
                 getattr(student, "name", type(student).__name__),
             )
-        val = list(valset if valset is not None else trainset)
+        val = list(examples)
         if self.val_size is not None:
             val = val[: self.val_size]
         if not val:
             raise ValueError("the search needs validation examples to score its trials")
-        baseline = {k: base[k] for k in space if k in base}
+        baseline: dict[str, Any] | None = {k: base[k] for k in space if k in base}
         if len(baseline) != len(space) or any(
             not any(type(baseline[k]) is type(c) and baseline[k] == c for c in space[k])
             for k in space
@@ -415,106 +399,133 @@ class SwitchSearch(SQLTeleprompter):
         size = math.prod(len(choices) for choices in space.values())
         kind = self._sampler_kind(size)
         grid = self._grid(space, baseline) if kind == "grid" else []
+        return _Run(space, base, build, val, baseline, size, kind, grid)
 
+    def _search(self, optuna: Any, run: _Run) -> None:
+        """Propose, build and score configurations until ``n_trials`` are done (or the space,
+        the proposals or the budget run out); every trial goes to ``run.history``."""
         distributions = {
-            k: optuna.distributions.CategoricalDistribution(choices) for k, choices in space.items()
+            k: optuna.distributions.CategoricalDistribution(choices)
+            for k, choices in run.space.items()
         }
-        verbosity = optuna.logging.get_verbosity()
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
         own_cap = self.budget is None
         cap = self.budget if self.budget is not None else CallBudget()
-        history: list[dict[str, Any]] = []
-        done: dict[str, dict[str, Any]] = {}
-        invalid: dict[str, str] = {}  # configurations the program refused to build: why
-        self.budget_stopped = False
-        try:
-            study = optuna.create_study(direction="maximize")
-            number = self._replay(study, distributions, history, done, invalid)
-            limit = self.n_trials * 5 + 10  # proposals, repeats included: TPE may circle
-            bar = tqdm(
-                total=min(self.n_trials, size),
-                initial=len(done),
-                desc="trials",
-                disable=not self.progress,
-            )
-            with enforce(cap) if own_cap else nullcontext():
-                while len(done) < min(self.n_trials, size - len(invalid)) and number < limit:
-                    if kind == "grid":
-                        params = next(
-                            p
-                            for p in grid
-                            if _config_id(p) not in done and _config_id(p) not in invalid
-                        )
-                        study.enqueue_trial(params)
-                    else:
-                        if number == 0 and baseline is not None:
-                            study.enqueue_trial(baseline)
-                        study.sampler = self._optuna_sampler(optuna, number)
-                    trial = study.ask(distributions)
-                    params = {k: trial.params[k] for k in space}
-                    cid = _config_id(params)
-                    record: dict[str, Any] = {"number": number, "switches": params}
-                    program = None
-                    if cid in done:
-                        first = done[cid]
-                        record.update(
-                            score=first["score"], calls=0, seconds=0.0, status="repeat",
-                            repeat_of=first["number"],
-                        )  # fmt: skip
-                    elif cid not in invalid:
-                        try:  # switches may depend on each other (samples > 1 needs a vote)
-                            program = build(**{**base, **params})
-                        except (TypeError, ValueError) as err:
-                            invalid[cid] = str(err)
-                    if cid in invalid:
-                        # A combination the program refuses: no LM call, not a trial.
-                        record.update(score=None, calls=0, seconds=0.0, status="invalid",
-                                      reason=invalid[cid])  # fmt: skip
-                        study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                        if self.checkpoint is not None:
-                            self.checkpoint.put(f"search:trial:{number}", record)
-                        history.append(record)
-                        number += 1
-                        continue
-                    if program is not None:
-                        try:
-                            result = self._evaluate(program, val, cid, cap)
-                        except BudgetExhausted:
-                            self.budget_stopped = True
-                            history.append({**record, "score": None, "status": "stopped"})
-                            break
-                        record.update(result, status="done")
-                        done[cid] = record
-                        bar.update(1)
-                        bar.set_postfix(best=max(r["score"] for r in done.values()))
-                    study.tell(trial, record["score"])
-                    if self.checkpoint is not None:
-                        self.checkpoint.put(f"search:trial:{number}", record)
-                    history.append(record)
-                    number += 1
-            bar.close()
-        finally:
-            optuna.logging.set_verbosity(verbosity)
+        study = optuna.create_study(direction="maximize")
+        number = self._replay(study, distributions, run.history, run.done, run.invalid)
+        limit = self.n_trials * 5 + 10  # proposals, repeats included: TPE may circle
+        bar = tqdm(
+            total=min(self.n_trials, run.size),
+            initial=len(run.done),
+            desc="trials",
+            disable=not self.progress,
+        )
+        with enforce(cap) if own_cap else nullcontext():
+            while (
+                len(run.done) < min(self.n_trials, run.size - len(run.invalid)) and number < limit
+            ):
+                trial = self._propose(optuna, study, distributions, run, number)
+                if not self._trial(optuna, study, trial, run, number, cap, bar):
+                    break  # the budget stopped the trial in flight
+                number += 1
+        bar.close()
 
-        finished = [r for r in history if r["status"] == "done"]
+    def _propose(
+        self, optuna: Any, study: Any, distributions: dict[str, Any], run: _Run, number: int
+    ) -> Any:
+        """The next trial: the grid's next untried configuration, or the seeded sampler's."""
+        if run.kind == "grid":
+            params = next(
+                p
+                for p in run.grid
+                if _config_id(p) not in run.done and _config_id(p) not in run.invalid
+            )
+            study.enqueue_trial(params)
+        else:
+            if number == 0 and run.baseline is not None:
+                study.enqueue_trial(run.baseline)
+            study.sampler = self._optuna_sampler(optuna, number)
+        return study.ask(distributions)
+
+    def _trial(
+        self,
+        optuna: Any,
+        study: Any,
+        trial: Any,
+        run: _Run,
+        number: int,
+        cap: CallBudget,
+        bar: Any,
+    ) -> bool:
+        """Run (or reuse, or refuse) one proposed configuration and record it; False when the
+        budget stopped it."""
+        params = {k: trial.params[k] for k in run.space}
+        cid = _config_id(params)
+        record: dict[str, Any] = {"number": number, "switches": params}
+        program = None
+        if cid in run.done:
+            first = run.done[cid]
+            record.update(
+                score=first["score"], calls=0, seconds=0.0, status="repeat",
+                repeat_of=first["number"],
+            )  # fmt: skip
+        elif cid not in run.invalid:
+            try:  # switches may depend on each other (samples > 1 needs a vote)
+                program = run.build(**{**run.base, **params})
+            except (TypeError, ValueError) as err:
+                run.invalid[cid] = str(err)
+        if cid in run.invalid:
+            # A combination the program refuses: no LM call, not a trial.
+            record.update(score=None, calls=0, seconds=0.0, status="invalid",
+                          reason=run.invalid[cid])  # fmt: skip
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self._keep(run, number, record)
+            return True
+        if program is not None:
+            try:
+                result = self._evaluate(program, run.val, cid, cap)
+            except BudgetExhausted:
+                self.budget_stopped = True
+                run.history.append({**record, "score": None, "status": "stopped"})
+                return False
+            record.update(result, status="done")
+            run.done[cid] = record
+            bar.update(1)
+            bar.set_postfix(best=max(r["score"] for r in run.done.values()))
+        study.tell(trial, record["score"])
+        self._keep(run, number, record)
+        return True
+
+    def _keep(self, run: _Run, number: int, record: dict[str, Any]) -> None:
+        """A finished trial: checkpointed (when there is a checkpoint) and in the history."""
+        if self.checkpoint is not None:
+            self.checkpoint.put(f"search:trial:{number}", record)
+        run.history.append(record)
+
+    def _finish(self, student: SQLProgram, run: _Run) -> SQLProgram:
+        """``details["search"]`` from the history, and the best configuration rebuilt."""
+        finished = [r for r in run.history if r["status"] == "done"]
         best = max(finished, key=lambda r: (r["score"], -r["number"]), default=None)
         chosen = dict(best["switches"]) if best is not None else {}
         baseline_score = next(
-            (r["score"] for r in finished if baseline is not None and r["switches"] == baseline),
+            (
+                r["score"]
+                for r in finished
+                if run.baseline is not None and r["switches"] == run.baseline
+            ),
             None,
         )
         self.details = {
             "search": {
                 "program": getattr(student, "name", type(student).__name__),
-                "space": space,
-                "sampler": kind,
+                "space": run.space,
+                "sampler": run.kind,
                 "n_trials": self.n_trials,
-                "n_val": len(val),
+                "n_val": len(run.val),
                 "chosen": chosen,
                 "best_score": best["score"] if best is not None else None,
                 "baseline_score": baseline_score,
                 "budget_stopped": self.budget_stopped,
-                "trials": history,
+                "trials": run.history,
             }
         }
         if best is None:
@@ -523,7 +534,7 @@ class SwitchSearch(SQLTeleprompter):
         logger.info(
             "search chose %s (score %.3f over %d trials)", chosen, best["score"], len(finished)
         )
-        return build(**{**base, **chosen})
+        return run.build(**{**run.base, **chosen})
 
     def _optuna_sampler(self, optuna: Any, number: int) -> Any:
         seed = self.seed + number

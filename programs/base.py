@@ -54,6 +54,10 @@ class SQLProgram(dspy.Module):
     #: Constructor parameters that are not switches (a train pool, an encoder, a retriever
     #: object): passed again by the caller after loading, never saved.
     INJECTED: ClassVar[frozenset[str]] = frozenset({"pool", "encoder", "retriever"})
+    #: The switch search's default space (:func:`sqlweave.optimizers.search.default_space`):
+    #: switch -> choices, declared beside the switches it names. Empty: no default space (the
+    #: search then needs ``space=``).
+    SEARCH_SPACE: ClassVar[dict[str, tuple[Any, ...]]] = {}
     #: The switches this program was built with (see the class docstring).
     switches: dict[str, Any]
     #: Schema filtering before the program runs (:func:`sqlweave.schema_filter.narrow`):

@@ -12,6 +12,8 @@ pipeline the stages can build (:mod:`sqlweave.programs.stages`), which is what t
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import dspy
 
 from sqlweave.adapter import check_layout
@@ -62,6 +64,16 @@ class DirectSQL(SQLProgram):
     #: The defaults before stop 32's change, spelled out, so ``native_schema`` and
     #: ``compact_script`` rebuild the configurations the README's rows measured.
     _BEFORE = {"prompt_layout": "script", "prefill": True, "corrector": "none"}
+    #: The switch search's default space (:func:`sqlweave.optimizers.search.default_space`):
+    #: switch -> choices, this program's own default among them, so the first trial is the
+    #: program as it is.
+    SEARCH_SPACE: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "schema_layout": ("native", "compact", "pretty"),
+        "linker": ("none", "tables", "values"),
+        "samples": (1, 5),
+        "corrector": ("rules", "none", "execution"),
+        "repair": ("none", "joins"),
+    }
     ABLATIONS = {
         "full": {},
         "no_rules": {"corrector": "none"},

@@ -212,6 +212,16 @@ class DuboV1(_Dubo):
 
     name = "dubo_v1"
 
+    #: The switch search's default space (:func:`sqlweave.optimizers.search.default_space`):
+    #: switch -> choices, this program's own default among them, so the first trial is the
+    #: program as it is.
+    SEARCH_SPACE: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "samples": (1, 8),
+        "selector": ("first", "vote"),
+        "sample_rows": (0, 3, 5),
+        "retry_on_error": (True, False),
+        "descriptions": (False, True),
+    }
     ABLATIONS: ClassVar[dict[str, dict[str, Any]]] = {
         "full": {},
         "no_retry": {"retry_on_error": False},
@@ -324,6 +334,15 @@ class DuboV2(_Dubo):
 
     name = "dubo_v2"
 
+    #: The switch search's default space (:func:`sqlweave.optimizers.search.default_space`):
+    #: switch -> choices, this program's own default among them, so the first trial is the
+    #: program as it is.
+    SEARCH_SPACE: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "num_demos": (0, 2, 4),
+        "diverse": (True, False),
+        "json_output": (True, False),
+        "error_correction": (True, False),
+    }
     ABLATIONS: ClassVar[dict[str, dict[str, Any]]] = {
         "full": {},
         "no_error_correction": {"error_correction": False},

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import dspy
 
@@ -124,6 +124,24 @@ class EnsembleSQL(SQLProgram):
     """
 
     name = "ensemble"
+    #: The switch search's default space (:func:`sqlweave.optimizers.search.default_space`):
+    #: switch -> choices, this program's own default among them, so the first trial is the
+    #: program as it is.
+    SEARCH_SPACE: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "generators": (
+            "dubo_v2,pet,sea",
+            "direct,dubo_v1,dubo_v2,sea,pet",
+            "direct,dubo_v1,sea",
+            "direct,sea,pet",
+            "direct,dubo_v1",
+        ),
+        "samples": (4, 2, 8),
+        "weights": ("", "direct=2", "sea=2", "dubo_v1=2"),
+        "greedy_weight": (2.0, 1.0),
+        "selector": ("across", "vote", "runoff"),
+        "candidate_rules": (False, True),
+        "repair": ("joins", "none"),
+    }
     #: Configurations whose prompts tests/record_prompts.py records (and the replay checks).
     ABLATIONS = {"full": {}, "runoff": {"selector": "runoff", "weights": "pet=2"}}
 

@@ -366,6 +366,17 @@ class MageSQL(SQLProgram):
 
     name = "mage"
 
+    #: The switch search's default space (:func:`sqlweave.optimizers.search.default_space`):
+    #: switch -> choices, this program's own default among them, so the first trial is the
+    #: program as it is.
+    SEARCH_SPACE: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "samples": (1, 8),
+        "selector": ("first", "vote"),
+        "strategy": ("graph", "question", "random", "none"),
+        "num_demos": (2, 4),
+        "rule_correction": (True, False),
+        "prompt_correction": (True, False),
+    }
     ABLATIONS: ClassVar[dict[str, dict[str, Any]]] = {
         # Table IV, demo selection (error correction on in every row, as in the paper).
         "full": {},

@@ -183,6 +183,16 @@ class PETSQL(SQLProgram):
     #: tools, not configuration.
     INJECTED = frozenset({"pool", "encoder"})
 
+    #: The switch search's default space (:func:`sqlweave.optimizers.search.default_space`):
+    #: switch -> choices, this program's own default among them, so the first trial is the
+    #: program as it is.
+    SEARCH_SPACE: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "num_demos": (0, 2, 4),
+        "schema_linking": (True, False),
+        "consistency": ("cross", "self", "none"),
+        "cell_values": (True, False),
+        "corrector": ("none", "execution"),
+    }
     #: Configurations mirroring the paper's ablation tables. Table 4 is a zero-shot, single-call
     #: study of the prompt parts, so its rows drop demos, linking and voting as the paper did.
     #: Table 7 compares one LM with and without linking; Table 8 compares one LM, its

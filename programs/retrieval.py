@@ -12,7 +12,7 @@ The seed pipelines choose demos in different ways, all behind one interface
 ``skeleton``              token similarity of the draft SQL's skeleton to each gold skeleton
 ``pqgram``                pq-gram similarity of node-type trees, draft vs gold (MageSQL Struct-Tree)
 ``graph``                 GNN embedding of SQL graphs (MageSQL Struct-Graph), in
-                          :mod:`sqlweave.gnn.retriever`, loaded lazily by :func:`make_retriever`
+                          :mod:`sqlweave.gnn.retriever`, imported when first asked for
 ========================  ==================================================================
 
 Every retriever takes the same options (:class:`BaseRetriever`): ``exclude_same_db`` (Dubo-SQL v2
@@ -47,20 +47,22 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import importlib
 import logging
-import re
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import dspy
 import numpy as np
 
-from sqlweave.caches import CACHE
+from sqlweave.programs.masking import MASK as MASK  # re-exported
+from sqlweave.programs.masking import UNK as UNK
+from sqlweave.programs.masking import _schema_names_of as _schema_names_of
+from sqlweave.programs.masking import mask_question as mask_question
+from sqlweave.programs.masking import name_phrase as name_phrase
+from sqlweave.programs.masking import schema_phrases as schema_phrases
+from sqlweave.registry import Registry
 from sqlweave.sqlstruct import (
     BagIndex,
     pq_gram_profile,
@@ -70,9 +72,6 @@ from sqlweave.sqlstruct import (
 )
 
 logger = logging.getLogger(__name__)
-
-MASK = "<mask>"
-UNK = "<unk>"
 
 
 @runtime_checkable
@@ -296,108 +295,7 @@ class QuestionRetriever(_EmbeddingRetriever):
         return str(_get(example, "question", ""))
 
 
-# --- masked questions (PET-SQL) -------------------------------------------------------------------
-
-_SCHEMA_NAMES: dict[str, frozenset[tuple[str, ...]]] = {}
-_SCHEMA_LOCK = threading.Lock()
-_CAMEL_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_NAME_SPLIT_RE = re.compile(r"[^A-Za-z0-9]+")
-_Q_TOKEN_RE = re.compile(
-    r"\"[^\"]*\"|“[^”]*”|‘[^’]*’|(?<!\w)'[^']+'(?!\w)|\d+(?:[.,:/-]\d+)*|\w+|[^\w\s]"
-)
-_SENTENCE_END = frozenset(".?!:;")
-_QUOTES = "\"“‘'"
-_NAME_STOP = frozenset("a an the of to in on at for by with from and or is are as".split())
-
-
-def _singular(word: str) -> str:
-    """A crude English singular, enough to match "singers" with a ``singer`` table."""
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 4 and word.endswith(("ches", "shes", "sses", "xes")):
-        return word[:-2]
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
-
-
-def name_phrase(name: str) -> tuple[str, ...]:
-    """A schema name as the words a question would use: ``singer_id`` → ``("singer", "id")``."""
-    words = _NAME_SPLIT_RE.split(_CAMEL_RE.sub(" ", name))
-    return tuple(_singular(w.lower()) for w in words if w)
-
-
-def schema_phrases(names: Iterable[str]) -> frozenset[tuple[str, ...]]:
-    """Word phrases of table and column names that may be masked (not pure function words)."""
-    phrases = {name_phrase(n) for n in names}
-    return frozenset(p for p in phrases if p and not all(w in _NAME_STOP for w in p))
-
-
-def mask_question(question: str, phrases: Iterable[tuple[str, ...]]) -> str:
-    """PET-SQL's question skeleton: schema mentions → ``<mask>``, values → ``<unk>``.
-
-    Values are quoted spans, numbers and capitalised words that do not start a sentence (names such
-    as "France" or "John Smith"; no database lookup, which keeps a 7k pool cheap). Schema mentions
-    are the longest runs of words that, singularised, spell a table or column name of the
-    question's own database (``phrases``, see :func:`schema_phrases`). Adjacent equal markers
-    collapse into one, so "John Smith" is one ``<unk>``.
-    """
-    phrase_set = set(phrases)
-    longest = max((len(p) for p in phrase_set), default=0)
-    raw = _Q_TOKEN_RE.findall(question)
-    out: list[str] = []
-    i = 0
-    while i < len(raw):
-        tok = raw[i]
-        if (tok[0] in _QUOTES and len(tok) > 1) or tok[0].isdigit():
-            out.append(UNK)
-            i += 1
-            continue
-        matched = 0
-        for n in range(min(longest, len(raw) - i), 0, -1):
-            span = raw[i : i + n]
-            if not all(t[0].isalnum() or t[0] == "_" for t in span):
-                continue
-            if tuple(_singular(t.lower()) for t in span) in phrase_set:
-                matched = n
-                break
-        if matched:
-            out.append(MASK)
-            i += matched
-            continue
-        starts_sentence = not out or out[-1] in _SENTENCE_END
-        if tok[0].isupper() and not starts_sentence and tok != "I":
-            out.append(UNK)
-        else:
-            out.append(tok.lower())
-        i += 1
-    collapsed = [t for j, t in enumerate(out) if not (t in (MASK, UNK) and j and out[j - 1] == t)]
-    return " ".join(collapsed)
-
-
-def _schema_names_of(example: Any) -> frozenset[tuple[str, ...]]:
-    """Maskable phrases of the example's database, cached per database file."""
-    from sqlweave.data import DataError, database_path, open_database
-    from sqlweave.schema import introspect
-
-    target = _get(example, "db_path") or _get(example, "db_id")
-    try:
-        if not target:
-            raise DataError(None, "the example has neither db_path nor db_id")
-        path = str(Path(database_path(str(target))).resolve())
-    except DataError as err:
-        logger.warning("no database for %s, masking values only: %s", _get(example, "db_id"), err)
-        return frozenset()
-    with _SCHEMA_LOCK:
-        hit = _SCHEMA_NAMES.get(path)
-    if hit is not None:
-        return hit
-    schema = introspect(open_database(path), sample_rows=0, distinct_values=0)
-    names = [t.name for t in schema.tables] + [c.name for _, c in schema.all_columns()]
-    phrases = schema_phrases(names)
-    with _SCHEMA_LOCK:
-        _SCHEMA_NAMES[path] = phrases
-    return phrases
+# --- masked questions (PET-SQL: the masking is sqlweave.programs.masking) ----------------------
 
 
 class MaskedQuestionRetriever(_EmbeddingRetriever):
@@ -576,43 +474,44 @@ class PQGramRetriever(_StructureRetriever):
 
 # --- factory --------------------------------------------------------------------------------------
 
-RETRIEVERS: dict[str, type[BaseRetriever]] = {
-    cls.name: cls
-    for cls in (
-        RandomRetriever,
-        QuestionRetriever,
-        MaskedQuestionRetriever,
-        JaccardRetriever,
-        SkeletonRetriever,
-        PQGramRetriever,
+
+def _unknown(name: str) -> ValueError:
+    return ValueError(f"unknown retriever {name!r}; choose one of {', '.join(RETRIEVER_NAMES)}")
+
+
+def _missing(name: str, err: Exception) -> ImportError:
+    """A retriever whose module did not import (``graph`` without the GNN stack)."""
+    others = ", ".join(n for n in RETRIEVER_NAMES if n != name)
+    return ImportError(
+        f"the {name!r} retriever needs {RETRIEVERS.where(name)}, which could not be "
+        f"imported ({err}); choose another of {others}"
     )
-}
-RETRIEVER_NAMES = (*RETRIEVERS, "graph")
+
+
+#: name -> ``module:Class`` (imported on first use, so ``graph`` needs the GNN stack only when
+#: asked for) or a class given to ``RETRIEVERS.register``: the one :class:`Registry` of
+#: programs, stages and optimizers. A retriever takes the pool and options (module docstring)
+#: and follows :class:`DemoRetriever`.
+RETRIEVERS = Registry(
+    "retriever",
+    {
+        "random": "sqlweave.programs.retrieval:RandomRetriever",
+        "question": "sqlweave.programs.retrieval:QuestionRetriever",
+        "masked_question": "sqlweave.programs.retrieval:MaskedQuestionRetriever",
+        "jaccard": "sqlweave.programs.retrieval:JaccardRetriever",
+        "skeleton": "sqlweave.programs.retrieval:SkeletonRetriever",
+        "pqgram": "sqlweave.programs.retrieval:PQGramRetriever",
+        "graph": "sqlweave.gnn.retriever:GraphRetriever",
+    },
+    unknown=_unknown,
+    missing=_missing,
+)
+RETRIEVER_NAMES = tuple(RETRIEVERS)
 
 
 def make_retriever(name: str, pool: Iterable[Any], **options: Any) -> DemoRetriever:
-    """Build the retriever called ``name`` over ``pool`` (one of :data:`RETRIEVER_NAMES`).
-
-    ``graph`` is MageSQL's GNN retriever from :mod:`sqlweave.gnn.retriever`, imported only when
-    asked for so the other retrievers work without the GNN stack.
-    """
-    if name == "graph":
-        try:
-            module = importlib.import_module("sqlweave.gnn.retriever")
-            cls = module.GraphRetriever
-        except (ImportError, AttributeError) as err:
-            raise ImportError(
-                "the 'graph' retriever needs sqlweave.gnn.retriever.GraphRetriever, which could "
-                f"not be imported ({err}); choose another of {', '.join(RETRIEVERS)}"
-            ) from err
-        return cls(pool, **options)
-    try:
-        cls = RETRIEVERS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown retriever {name!r}; choose one of {', '.join(RETRIEVER_NAMES)}"
-        ) from None
-    return cls(pool, **options)
+    """Build the retriever called ``name`` over ``pool`` (one of :data:`RETRIEVERS`)."""
+    return RETRIEVERS.load(name)(pool, **options)
 
 
 # --- retrieved examples as demos ------------------------------------------------------------------
@@ -649,9 +548,6 @@ def as_demos(
         demos.append(dspy.Example(**fields).with_inputs(*inputs))
     return demos
 
-
-# Part of sqlweave.caches.CACHE.clear().
-CACHE.register(_SCHEMA_NAMES.clear)
 
 __all__ = [
     "MASK",

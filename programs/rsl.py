@@ -200,6 +200,17 @@ class RSLSQL(SQLProgram):
 
     name = "rsl"
 
+    #: The switch search's default space (:func:`sqlweave.optimizers.search.default_space`):
+    #: switch -> choices, this program's own default among them, so the first trial is the
+    #: program as it is.
+    SEARCH_SPACE: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "num_demos": (0, 3),
+        "schema_linking": (True, False),
+        "augmentation": (True, False),
+        "selection": (True, False),
+        "selector": ("lm", "vote"),
+        "self_correction": (True, False),
+    }
     ABLATIONS: ClassVar[dict[str, dict[str, Any]]] = {
         "base": dict(_BASE),
         "demos": dict(_DEMOS),

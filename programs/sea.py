@@ -173,6 +173,16 @@ class SEASQL(SQLProgram):
 
     name = "sea"
 
+    #: The switch search's default space (:func:`sqlweave.optimizers.search.default_space`):
+    #: switch -> choices, this program's own default among them, so the first trial is the
+    #: program as it is.
+    SEARCH_SPACE: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "bias_elimination": (True, False),
+        "execution_adjustment": (True, False),
+        "values_per_column": (0, 2, 4),
+        "foreign_keys": (False, True),
+        "linker": ("none", "values"),
+    }
     ABLATIONS: ClassVar[dict[str, dict[str, Any]]] = {
         "full": {},
         "no_abe": {"bias_elimination": False},

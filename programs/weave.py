@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import dspy
 
@@ -93,6 +93,16 @@ class WeaveSQL(SQLProgram):
     """
 
     name = "weave"
+    #: The switch search's default space (:func:`sqlweave.optimizers.search.default_space`):
+    #: switch -> choices, this program's own default among them, so the first trial is the
+    #: program as it is.
+    SEARCH_SPACE: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "num_demos": (0, 2, 4),
+        "samples": (1, 5, 8),
+        "value_hints": (True, False),
+        "repair_rounds": (0, 1),
+        "schema_layout": ("native", "compact"),
+    }
     ABLATIONS = {
         "full": {},
         "with_demos": {"num_demos": 4},

@@ -13,7 +13,9 @@ PROGRAMS.register("mine", MyProgram)
 ```
 
 It is a read-only :class:`~collections.abc.Mapping` from names to classes, so ``in``, ``len``
-and iteration behave as for a dict; changes go through :meth:`register`.
+and iteration behave as for a dict; changes go through :meth:`register`. An entry may name a
+class in an optional extra (the ``graph`` retriever needs the GNN stack): ``missing`` turns the
+failed import into an error that says what to install or choose instead.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ class Registry(Mapping[str, type]):
 
     ``base``: the class every registered class must subclass (checked by :meth:`register`).
     ``unknown``: builds the exception for a name that is not registered (default: a
-    ``ValueError`` listing the choices).
+    ``ValueError`` listing the choices). ``missing``: builds the exception for a registered
+    name whose module cannot be imported, from the name and the import error (default: the
+    import error itself).
     """
 
     def __init__(
@@ -41,10 +45,12 @@ class Registry(Mapping[str, type]):
         *,
         base: type | None = None,
         unknown: Callable[[str], Exception] | None = None,
+        missing: Callable[[str, Exception], Exception] | None = None,
     ) -> None:
         self.kind = kind
         self.base = base
         self._unknown = unknown
+        self._missing = missing
         self._entries: dict[str, str | type] = dict(entries or {})
 
     # -- the Mapping protocol (names -> classes) ----------------------------------------------------
@@ -76,7 +82,17 @@ class Registry(Mapping[str, type]):
             target = self._entries[name]
         except (KeyError, TypeError):
             raise self._error(name) from None
-        return _resolve(target)
+        try:
+            return _resolve(target)
+        except (ImportError, AttributeError) as err:
+            if self._missing is None:
+                raise
+            raise self._missing(name, err) from err
+
+    def where(self, name: str) -> str:
+        """Where ``name``'s class lives, as ``module:Class`` (nothing is imported)."""
+        target = self._entries[name]
+        return target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}"
 
     def name_of(self, obj: object) -> str | None:
         """The name whose class is exactly ``type(obj)``, else None (a subclass is not its
@@ -99,7 +115,9 @@ class Registry(Mapping[str, type]):
 
     def copy(self) -> Registry:
         """An independent registry with the same entries (for tests that register classes)."""
-        return Registry(self.kind, self._entries, base=self.base, unknown=self._unknown)
+        return Registry(
+            self.kind, self._entries, base=self.base, unknown=self._unknown, missing=self._missing
+        )
 
     def _error(self, name: str) -> Exception:
         if self._unknown is not None:
