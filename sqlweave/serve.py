@@ -323,15 +323,9 @@ def create_app(
         from starlette.applications import Starlette
         from starlette.middleware import Middleware
         from starlette.middleware.trustedhost import TrustedHostMiddleware
-        from starlette.routing import Route
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise _missing_extra(err) from err
-    if not isinstance(max_rows, int) or max_rows < 1:
-        raise ServeError(f"max_rows must be at least 1, not {max_rows!r}")
-    if not isinstance(concurrency, int) or concurrency < 1:
-        raise ServeError(f"concurrency must be at least 1, not {concurrency!r}")
-    if not timeout_s or timeout_s <= 0:
-        raise ServeError(f"timeout_s must be positive, not {timeout_s!r}")
+    _check_limits(max_rows, concurrency, timeout_s)
     compiled = _as_compiled(program)
     state = _State(
         program=compiled,
@@ -348,6 +342,25 @@ def create_app(
     middleware = []
     if allowed_hosts is not None:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+    app = Starlette(routes=_routes(state, compiled), middleware=middleware)
+    app.state.sqlweave = state
+    return app
+
+
+def _check_limits(max_rows: Any, concurrency: Any, timeout_s: Any) -> None:
+    """Refuse limits that would make every request fail (or none ever finish) before serving."""
+    if not isinstance(max_rows, int) or max_rows < 1:
+        raise ServeError(f"max_rows must be at least 1, not {max_rows!r}")
+    if not isinstance(concurrency, int) or concurrency < 1:
+        raise ServeError(f"concurrency must be at least 1, not {concurrency!r}")
+    if not timeout_s or timeout_s <= 0:
+        raise ServeError(f"timeout_s must be positive, not {timeout_s!r}")
+
+
+def _routes(state: _State, compiled: Any) -> list[Any]:
+    """The four endpoints over ``state``. Each handler answers every failure with one JSON
+    error (a request's own mistake with its status, anything else 500), never a crash."""
+    from starlette.routing import Route
 
     async def page(request: Any) -> Any:
         return _page_response()
@@ -387,17 +400,12 @@ def create_app(
             logger.exception("POST /ask failed")
             return _json({"error": f"{type(err).__name__}: {err}"}, 500)
 
-    app = Starlette(
-        routes=[
-            Route("/", page, methods=["GET"]),
-            Route("/health", health, methods=["GET"]),
-            Route("/schema", schema, methods=["GET"]),
-            Route("/ask", ask, methods=["POST"]),
-        ],
-        middleware=middleware,
-    )
-    app.state.sqlweave = state
-    return app
+    return [
+        Route("/", page, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/schema", schema, methods=["GET"]),
+        Route("/ask", ask, methods=["POST"]),
+    ]
 
 
 def _json(body: Any, status: int = 200) -> Any:
