@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sqlweave import data
+from sqlweave import benchmarks, data
 from sqlweave.data import DataError
 
 
@@ -57,7 +57,8 @@ def test_root_resolution_order(data_root, monkeypatch, tmp_path):
     monkeypatch.setenv("SQLWEAVE_DATA", str(data_root))
     assert len(data.load_bird("dev")) == 52  # env read at call time
     monkeypatch.delenv("SQLWEAVE_DATA")
-    monkeypatch.setattr(data, "_checkout_data_root", lambda: tmp_path / "nowhere")
+    # the data root is resolved where the loaders live (sqlweave.benchmarks, re-exported by data)
+    monkeypatch.setattr(benchmarks, "_checkout_data_root", lambda: tmp_path / "nowhere")
     # without a checkout, the Spider bundle shipped in the package stands in ...
     assert len(data.load_spider("dev")) == 827
     assert len(data.load_spider("train")) < 1000
