@@ -22,7 +22,6 @@ its model's context. Pure functions over a :class:`~sqlweave.schema.Schema`; the
 
 from __future__ import annotations
 
-import copy
 import logging
 import re
 import threading
@@ -37,9 +36,8 @@ import numpy as np
 from bm25s.stopwords import STOPWORDS_EN
 
 from sqlweave.caches import CACHE
-from sqlweave.db import Database
+from sqlweave.db import Database, TableScope
 from sqlweave.schema import Schema, Table
-from sqlweave.tablenames import short_names
 
 logger = logging.getLogger(__name__)
 
@@ -373,7 +371,7 @@ _LOCK = threading.Lock()
 
 def visible_tables(db: Database) -> frozenset[str] | None:
     """The lower-cased tables a scoped view shows, or None for the whole database."""
-    return getattr(db, "visible_tables", None)
+    return db.visible_tables
 
 
 def scoped(db: Database, tables: Iterable[str], *, short: bool = False) -> Database:
@@ -383,13 +381,7 @@ def scoped(db: Database, tables: Iterable[str], *, short: bool = False) -> Datab
     short names (:mod:`sqlweave.tablenames`): ``table_aliases`` (short -> real, lower-cased keys)
     maps SQL back before it runs, ``display_names`` (real -> short) renders the schema.
     """
-    tables = list(tables)
-    view = copy.copy(db)
-    view.visible_tables = frozenset(t.lower() for t in tables)
-    names = short_names(tables) if short else {}
-    view.display_names = {real.lower(): s for real, s in names.items()} or None
-    view.table_aliases = {s.lower(): real for real, s in names.items()} or None
-    return view
+    return db.scoped(TableScope.of(tables, short=short))
 
 
 def context_window(lm: Any = None) -> int:

@@ -15,7 +15,6 @@ JSON and ``.npy`` files (bm25s' own, loaded with ``allow_pickle=False``), rebuil
 
 from __future__ import annotations
 
-import copy
 import difflib
 import json
 import logging
@@ -127,10 +126,18 @@ class ValueIndex:
         with self._lock:
             twin = self._renamed.get(key)
             if twin is None:
-                twin = copy.copy(self)
-                twin.columns = [(tables.get(t.lower(), t), c) for t, c in self.columns]
-                twin._col_of = {(t.lower(), c.lower()): i for i, (t, c) in enumerate(twin.columns)}
-                twin._renamed = {}
+                twin = ValueIndex(
+                    self.db_id,
+                    self.fingerprint,
+                    [(tables.get(t.lower(), t), c) for t, c in self.columns],
+                    self.offsets,
+                    (),
+                    self._bm25,
+                    self.source,
+                )
+                # The values and the per-column lookups do not depend on table names: shared.
+                twin.values_list = self.values_list
+                twin._lower = self._lower
                 self._renamed[key] = twin
         return twin
 
@@ -163,8 +170,8 @@ class ValueIndex:
         (:func:`sqlweave.schema_filter.scoped`) gets its database's index (cached per database,
         not per view), read through the view's short table names when it shows them.
         """
-        if getattr(db, "visible_tables", None) is not None:
-            display = getattr(db, "display_names", None)
+        if db.visible_tables is not None:
+            display = db.display_names
             whole = cls.build(
                 unscoped(db),
                 max_values_per_column=max_values_per_column,

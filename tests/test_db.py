@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import sqlweave.db as dbmod
+import sqlweave.db.policy as policy
 from sqlweave.db import (
     VERDICT_CACHE_MAX_CHARS,
     Database,
@@ -19,6 +19,8 @@ from sqlweave.db import (
     check_read_only,
     classify_error,
 )
+from sqlweave.db import fetch as fetchmod
+from sqlweave.db import watchdog as watchdogmod
 
 RUNAWAY_CTE = (
     "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
@@ -125,7 +127,7 @@ def test_read_only_verdicts_are_cached_per_text(
     def check(sql: str, dialect: str = "sqlite") -> None:
         calls.append(sql)
 
-    monkeypatch.setattr(dbmod, "check_read_only", check)
+    monkeypatch.setattr(policy, "check_read_only", check)
     sql = "SELECT count(*) FROM pets WHERE pet_id > 1 -- verdict cache"
     long_sql = f"SELECT count(*) FROM pets /* {'x' * VERDICT_CACHE_MAX_CHARS} */"
     for _ in range(2):
@@ -140,7 +142,7 @@ def test_a_replaced_check_never_shares_verdicts(
 ) -> None:
     sql = "SELECT count(*) FROM pets; SELECT 1 -- replaced check"
     with monkeypatch.context() as patch:
-        patch.setattr(dbmod, "check_read_only", lambda sql, dialect="sqlite": None)
+        patch.setattr(policy, "check_read_only", lambda sql, dialect="sqlite": None)
         bypassed = db.try_execute(sql)
     assert isinstance(bypassed, ExecutionError) and bypassed.kind != "not_read_only"
     refused = db.try_execute(sql)
@@ -190,8 +192,8 @@ def _fetch_value_by_value(rows: list[tuple], max_rows: int | None, max_bytes: in
     kept: list[tuple] = []
     size = 0
     for r in rows:
-        row = dbmod._normalize_row(r)
-        size += sum(dbmod._value_bytes(v) for v in row)
+        row = fetchmod._normalize_row(r)
+        size += sum(fetchmod._value_bytes(v) for v in row)
         if (max_rows is not None and len(kept) >= max_rows) or (
             max_bytes is not None and size > max_bytes
         ):
@@ -210,7 +212,7 @@ def test_batched_fetch_matches_the_value_by_value_caps() -> None:
     for rows in (plain, mixed, odd, plain[:5] + odd[:3] + plain[5:1500], [], [()] * 10):
         for max_rows in (None, 0, 1, 3, 500, 1023, 1024, 2999, 3000, 5000):
             for max_bytes in (None, 0, 16, 100, 10_000, 60_000, 10**9):
-                got = dbmod._fetch(_Cursor(rows), max_rows, max_bytes)
+                got = fetchmod.fetch(_Cursor(rows), max_rows, max_bytes)
                 want = _fetch_value_by_value(rows, max_rows, max_bytes)
                 assert got == want, (len(rows), max_rows, max_bytes)
                 assert [tuple(map(type, r)) for r in got[0]] == [
@@ -359,7 +361,7 @@ def test_threads_get_their_own_connections(db: Database) -> None:
 
 
 def test_watchdog_fires_an_earlier_deadline_armed_later() -> None:
-    watchdog = dbmod._Watchdog()
+    watchdog = watchdogmod._Watchdog()
     fired: list[str] = []
     now = time.monotonic()
     late = watchdog.arm(now + 60, lambda: fired.append("late"))

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 import sqlweave.db as dbmod
+import sqlweave.db.policy as policy
 from sqlweave.db import Database, ExecutionError
+from sqlweave.db import sqlite as sqlite_engine
 
 TIMEOUT_S = 1.0
 #: How far past its timeout a runaway query may run before it is stopped.
@@ -205,7 +207,7 @@ def test_bundled_file_in_place_is_byte_identical(bundled: Path, tmp_path: Path) 
 @pytest.fixture
 def no_sqlglot(monkeypatch: pytest.MonkeyPatch) -> None:
     """Switch off layer 1, so only the engine guards stand."""
-    monkeypatch.setattr(dbmod, "check_read_only", lambda sql, dialect="sqlite": None)
+    monkeypatch.setattr(policy, "check_read_only", lambda sql, dialect="sqlite": None)
 
 
 @pytest.mark.usefixtures("no_sqlglot")
@@ -237,7 +239,7 @@ def _raw(
 def test_authorizer_alone_refuses_writes(name: str, copy: Path, tmp_path: Path) -> None:
     """A writable connection with only the untrusted authorizer: nothing gets written."""
     before = _sha256(copy)
-    conn = _raw(copy, read_only=False, authorizer=dbmod._untrusted_authorizer)
+    conn = _raw(copy, read_only=False, authorizer=sqlite_engine._untrusted_authorizer)
     try:
         with pytest.raises(sqlite3.Error):
             conn.execute(_fill(WRITES[name], tmp_path)).fetchall()
@@ -492,15 +494,15 @@ def test_duckdb_setseed_does_not_persist(copy: Path, tmp_path: Path) -> None:
         refused = db.try_execute("SELECT setseed(0.5)")
         assert isinstance(refused, ExecutionError) and refused.kind == "not_read_only"
         # Even past the query check, the seed does not outlive its query on the pooled connection.
-        original = dbmod.check_read_only
-        dbmod.check_read_only = lambda sql, dialect="sqlite": None  # type: ignore[assignment]
+        original = policy.check_read_only
+        policy.check_read_only = lambda sql, dialect="sqlite": None  # type: ignore[assignment]
         try:
             draws = set()
             for _ in range(3):
                 db.execute("SELECT setseed(0.5)", use_cache=False)
                 draws.add(db.execute("SELECT random()", use_cache=False).rows[0][0])
         finally:
-            dbmod.check_read_only = original
+            policy.check_read_only = original
         assert len(draws) == 3
         for sql in ("DESCRIBE singer", "SUMMARIZE singer", "VALUES (1)"):
             assert db.execute(sql).rows, sql

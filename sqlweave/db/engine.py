@@ -1,0 +1,118 @@
+"""The engine protocol: what :class:`~sqlweave.db.Database` asks of SQLite, PostgreSQL, DuckDB.
+
+``Database`` holds the parts every engine shares (the read-only policy, the result cache, table
+scopes, error wording); an :class:`Engine` holds one open database of one kind and knows how to
+run a query on it before a deadline, stop what runs, and read its catalog. A new engine is one
+module with an ``Engine`` subclass plus one line in :data:`ENGINES` (or, at run time,
+``ENGINES.register("scheme", MyEngine)``); ``Database.open("scheme://...")`` then opens it:
+
+```python
+class MyEngine(Engine):
+    dialect = "sqlite"                       # the sqlglot dialect its SQL is checked in
+    @classmethod
+    def open(cls, url, *, allow_superuser=False): ...
+    def run(self, sql, deadline, max_rows, max_bytes): ...   # (columns, rows, truncated)
+    def interrupt(self): ...
+    def reflect(self): ...   # [(table, [(column, type, kind)], pk, fks)]; SQLAlchemy's by default
+
+ENGINES.register("mine", MyEngine)
+```
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from sqlweave.db.errors import ExecutionError
+from sqlweave.db.reflect import RawTable, reflect_sqlalchemy
+from sqlweave.registry import Registry
+
+#: What :meth:`Engine.run` returns: column names, rows, whether a cap cut the rows short.
+Fetched = tuple[tuple[str, ...], tuple[tuple[Any, ...], ...], bool]
+
+
+class Engine(ABC):
+    """One open database of one kind, able to run untrusted read-only queries on it.
+
+    Every engine enforces layers 2 and 3 of ``sqlweave.db``'s guard in its own terms: the engine
+    refuses writes, and :meth:`run` stops by ``deadline`` whether the time goes to running or to
+    fetching rows (:func:`sqlweave.db.fetch.fetch` looks at the clock between chunks). Layer 1,
+    the query check, runs before :meth:`run` is called.
+    """
+
+    #: sqlglot's name for the SQL this engine speaks; ``Database.dialect`` and the query check use it.
+    dialect: str = ""
+    #: The query listing ``(CREATE statement, table name)`` when the engine keeps its tables'
+    #: DDL text (SQLite's ``sqlite_master``), else None: prompts then show rendered DDL.
+    ddl_query: str | None = None
+
+    def __init__(
+        self, url: str, default_name: str, path: Path | None = None, sa_engine: Any = None
+    ) -> None:
+        self.url = url
+        self.default_name = default_name
+        self.path = path
+        self.sa_engine: sa.Engine | None = sa_engine
+
+    @classmethod
+    @abstractmethod
+    def open(cls, url: sa.URL, *, allow_superuser: bool = False) -> Engine:
+        """Open ``url``; raise :class:`ExecutionError` (kind ``connection``) when it cannot be."""
+
+    @abstractmethod
+    def run(
+        self, sql: str, deadline: float, max_rows: int | None, max_bytes: int | None
+    ) -> Fetched:
+        """Run one checked query and fetch its rows, all before ``deadline`` (``time.monotonic()``).
+
+        Raises :class:`ExecutionError`; a deadline that passes gives kind ``timeout``.
+        """
+
+    @abstractmethod
+    def interrupt(self) -> None:
+        """Stop every query running now (from any thread); each raises kind ``connection``."""
+
+    def reflect(self) -> list[RawTable]:
+        """Tables, columns, keys from the engine's catalog, for :func:`sqlweave.schema.introspect`
+        (by default through SQLAlchemy's inspector)."""
+        if self.sa_engine is None:
+            raise NotImplementedError(f"{type(self).__name__} has no catalog to reflect")
+        return reflect_sqlalchemy(self.sa_engine)
+
+    @property
+    def open_connections(self) -> int:
+        """Connections held open now for untrusted queries (engines with a pool of their own)."""
+        return 0
+
+    def close(self) -> None:
+        """Stop running queries and close every connection."""
+        self.interrupt()
+        if self.sa_engine is not None:
+            self.sa_engine.dispose()
+
+
+def _unsupported(name: str) -> ExecutionError:
+    return ExecutionError("connection", f"unsupported database backend {name!r}")
+
+
+#: URL schemes (SQLAlchemy backend names) -> engine classes, imported on first use.
+ENGINES = Registry(
+    "engine",
+    {
+        "sqlite": "sqlweave.db.sqlite:SQLiteEngine",
+        "postgresql": "sqlweave.db.postgres:PostgresEngine",
+        "postgres": "sqlweave.db.postgres:PostgresEngine",
+        "duckdb": "sqlweave.db.duckdb:DuckDBEngine",
+    },
+    base=Engine,
+    unknown=_unsupported,
+)
+
+
+def register_engine(scheme: str, engine: type[Engine], *, replace: bool = False) -> None:
+    """Make ``Database.open("<scheme>://...")`` open databases with ``engine``."""
+    ENGINES.register(scheme, engine, replace=replace)
