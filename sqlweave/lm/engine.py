@@ -22,7 +22,7 @@ from dspy.lm15 import Usage as TokenUsage
 
 from sqlweave import models
 from sqlweave.lm import loading
-from sqlweave.lm.batch import EarlyStop, current_batch
+from sqlweave.lm.batch import EarlyStop, SampleBatch, current_batch
 from sqlweave.lm.chat import (
     answer_content,
     continue_assistant,
@@ -197,6 +197,39 @@ class LlamaCppEngine:
             key = batch.key(loaded.key, messages, {**options, "temperature": batch.temperature})
         arm = getattr(loaded.llama, "arm_batch", None)
         batched = key is not None and batch is not None and arm is not None and batch.claim()
+        raw, extra, seconds, perf, prefill = self._decode(
+            loaded, messages, options, lookup, batch if batched else None, hosting
+        )
+        if batched and perf.get("batch_cancelled"):
+            batch.gave_up(int(perf["batch_cancelled"]))  # type: ignore[union-attr]
+        if extra:
+            prompt_tokens = int((raw.get("usage") or {}).get("prompt_tokens", 0))
+            # Each sample pays for its own decode steps; the first keeps the rest of the call.
+            shares = [result.eval_ms / 1000 for result in extra]
+            seconds = max(0.0, seconds - sum(shares))
+            batch.put(  # type: ignore[union-attr]
+                key,  # type: ignore[arg-type]
+                [
+                    self._batched_response(raw, result, share, prompt_tokens, prefill, perf)
+                    for result, share in zip(extra, shares, strict=True)
+                ],
+                caller=not hosting,
+            )
+        return self._response(raw, seconds, lookup, perf)
+
+    def _decode(
+        self,
+        loaded: loading.Loaded,
+        messages: list[dict[str, str]],
+        options: dict[str, Any],
+        lookup: int,
+        batch: SampleBatch | None,
+        hosting: bool,
+    ) -> tuple[dict[str, Any], list[SeqResult], float, dict[str, Any], str | None]:
+        """The completion itself, holding the model's lock: ``(raw, extra samples, seconds,
+        counters, prefill)``. ``batch`` is the block this call decodes samples for (None: it
+        decodes its own answer alone); ``hosting`` when the call is greedy and the samples
+        ride along beside it."""
         extra: list[SeqResult] = []
         with loaded.lock:
             started = time.perf_counter()
@@ -210,20 +243,20 @@ class LlamaCppEngine:
                 # the next question, where the live KV cache holds only the last prompt.
                 begin(
                     lookup_tokens=lookup,
-                    keep_prompt=options["temperature"] > 0 or (batched and hosting),
+                    keep_prompt=options["temperature"] > 0 or (batch is not None and hosting),
                     prompt_cache_bytes=self.prompt_cache_bytes,
                 )
             prefill = prefill_of(messages)
-            settle = _settle_on(batch.early_stop, prefill) if batched else None  # type: ignore[union-attr]
-            if batched:
+            settle = _settle_on(batch.early_stop, prefill) if batch is not None else None
+            if batch is not None:
                 # Seeded from the rollout that opens the batch: after cache hits it is a later
                 # rollout, whose samples must not repeat the seeds of the ones before it. A call
                 # with its own seed already carries its rollout's (sample_lm: seed + i).
-                offset = 0 if "seed" in options else batch.rollout  # type: ignore[union-attr]
-                k = batch.k + 1 if hosting else batch.k  # type: ignore[union-attr]
-                arm(
+                offset = 0 if "seed" in options else batch.rollout
+                k = batch.k + 1 if hosting else batch.k
+                loaded.llama.arm_batch(
                     k,
-                    sample_temperature=batch.temperature if hosting else None,  # type: ignore[union-attr]
+                    sample_temperature=batch.temperature if hosting else None,
                     settle=settle,
                     seed_offset=offset,
                 )
@@ -233,30 +266,22 @@ class LlamaCppEngine:
                 else:
                     raw = loaded.llama.create_chat_completion(messages=messages, **options)
             finally:
-                if batched:
+                if batch is not None:
                     extra = loaded.llama.take_batch()
             seconds = time.perf_counter() - started
             perf = _perf(loaded.llama)
-        if batched and perf.get("batch_cancelled"):
-            batch.gave_up(int(perf["batch_cancelled"]))  # type: ignore[union-attr]
+        return raw, extra, seconds, perf, prefill
+
+    def _response(
+        self, raw: dict[str, Any], seconds: float, lookup: int, perf: dict[str, Any]
+    ) -> Response:
+        """The call's own answer as DSPy's :class:`Response`, with what it cost."""
         choice = raw["choices"][0]
         usage = raw.get("usage") or {}
         prompt_tokens = int(usage.get("prompt_tokens", 0))
         # Tokens not evaluated this call came from the KV cache (previous prompt or RAM cache).
         reused = max(0, prompt_tokens - perf["prompt_eval_tokens"])
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
-        if extra:
-            # Each sample pays for its own decode steps; the first keeps the rest of the call.
-            shares = [result.eval_ms / 1000 for result in extra]
-            seconds = max(0.0, seconds - sum(shares))
-            batch.put(  # type: ignore[union-attr]
-                key,  # type: ignore[arg-type]
-                [
-                    self._batched_response(raw, result, share, prompt_tokens, prefill, perf)
-                    for result, share in zip(extra, shares, strict=True)
-                ],
-                caller=not hosting,
-            )
         return Response(
             id=raw.get("id"),
             model=self.spec,
