@@ -134,10 +134,10 @@ def test_cli_synthesize_writes_a_questions_file(tmp_path: Path, monkeypatch):
     from sqlweave import cli
 
     # the CLI's model is the stand-in (no weights needed): configure makes it DSPy's LM
-    def stand_in(model, api_base, *args, **kwargs):
+    def stand_in(model, **options):
         dspy.configure(lm=_lm())
 
-    monkeypatch.setattr(cli, "_configure_lm", stand_in)
+    monkeypatch.setattr("sqlweave.lm.configure", stand_in)
     out = tmp_path / "syn.jsonl"
     args = ["synthesize", "--db", str(DEMO_CONCERT_DB), "--n", "2", "--out", str(out), "--no-check"]
     result = CliRunner().invoke(cli.app, [*args, "--sample-rows", "2"])

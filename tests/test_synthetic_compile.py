@@ -45,8 +45,8 @@ def _pairs(db: str, n: int) -> list[dict]:
 
 
 def _stand_in(monkeypatch: pytest.MonkeyPatch, lm: DummyLM) -> None:
-    """The CLI's model is the stand-in (no weights needed)."""
-    monkeypatch.setattr(cli, "_configure_lm", lambda *a, **k: dspy.configure(lm=lm))
+    """The CLI's model is the stand-in (no weights needed): configuring it configures ``lm``."""
+    monkeypatch.setattr("sqlweave.lm.configure", lambda *a, **k: dspy.configure(lm=lm))
 
 
 # --- the split, the hash, the record ------------------------------------------------------------
@@ -322,7 +322,8 @@ def test_cli_compile_on_synthesized_pairs(tmp_path: Path, monkeypatch: pytest.Mo
     assert meta.extra["synthetic"]["sha256"] == pairs_hash(
         [json.loads(x) for x in pairs_file.read_text().splitlines()]
     )
-    assert meta.lm == "local:qwen2.5-coder-1.5b" and meta.n_train == 4
+    # the LM that compiled, as sqlweave.compile records it (the stand-in, not --model's name)
+    assert meta.lm == "dummy" and meta.n_train == 4
     # several --db: one pairs file per database beside the artefact
     args = ["compile", "--db", str(DEMO_CONCERT_DB), "--db", str(PETS_DB), "--synthesize", "2"]
     args += ["--no-synthesis-check", "--optimizer", "labeled", "--out", str(out), "--no-progress"]

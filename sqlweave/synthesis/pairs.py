@@ -190,8 +190,7 @@ def synthesize(
     question writer that many stored rows per table (:func:`describe`). ``accept`` (one of
     :data:`ROUND_TRIP_ACCEPT`): the round trip keeps a pair when the program's answer returns
     the label's rows (``"answer"``) or when any candidate it weighed does (``"any"``; give it a
-    sampling program). Uses DSPy's configured LM.
-    Returns the pairs (all of ``out``'s, when resuming).
+    sampling program). Uses DSPy's configured LM. Returns the pairs (all of ``out``'s).
     """
     import dspy
     from tqdm.auto import tqdm

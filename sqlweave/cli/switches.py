@@ -1,0 +1,176 @@
+"""``--set key=value`` and ``--space key=a,b`` read against a program's constructor, and the
+program a command runs: a registry name or preset with switches, or a compiled artefact."""
+
+from __future__ import annotations
+
+import math
+import typing
+from inspect import Parameter, signature
+from pathlib import Path
+from typing import Any
+
+from sqlweave.cli.common import fail
+
+
+def parse_switches(items: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs from ``--set``, values read as bool, int, float or else string."""
+    parsed: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            fail(f"--set needs key=value, got {item!r}")
+        parsed[key.strip()] = _parse_value(value.strip())
+    return parsed
+
+
+_TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+_SCALAR_TYPES = (bool, int, float, str)  # bool before int: True is an int too
+
+
+def _scalar_of(hint: Any, default: Any) -> tuple[type | None, bool]:
+    """The scalar type a switch takes and whether None is allowed, from its default when that
+    is a scalar (``linker: str | Module = "none"`` is set by name), else from its type hint:
+    ``int``, ``int | None``, ``Optional[str]``, ``Literal["a", "b"]``. None for objects."""
+    args = typing.get_args(hint)
+    optional = default is None or type(None) in args or hint is type(None)
+    for kind in _SCALAR_TYPES:
+        if default is not Parameter.empty and isinstance(default, kind):
+            return kind, optional
+    if hint in _SCALAR_TYPES:
+        return hint, optional
+    if typing.get_origin(hint) is typing.Literal and args:
+        kinds = {type(a) for a in args}
+        return (kinds.pop(), optional) if len(kinds) == 1 else (None, optional)
+    members = [a for a in args if a is not type(None)]
+    if len(members) == 1 and members[0] in _SCALAR_TYPES:
+        return members[0], optional
+    return None, optional
+
+
+def switch_types(cls: type) -> dict[str, tuple[type | None, bool]]:
+    """Each constructor parameter of a program class -> (scalar type or None, None allowed),
+    read with ``typing.get_type_hints`` (annotations are strings under ``from __future__
+    import annotations``; the hints resolve them in the class's module)."""
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except (NameError, TypeError):  # a hint naming something imported only for type checking
+        hints = {}
+    out: dict[str, tuple[type | None, bool]] = {}
+    for name, param in signature(cls.__init__).parameters.items():
+        if name == "self" or param.kind in (Parameter.VAR_POSITIONAL, Parameter.VAR_KEYWORD):
+            continue
+        out[name] = _scalar_of(hints.get(name, Any), param.default)
+    return out
+
+
+def _convert_switch(name: str, kind: type, optional: bool, raw: str) -> Any:
+    value = raw.strip()
+    if optional and value.lower() in ("none", "null"):
+        return None
+    if kind is str:
+        return value
+    if kind is bool:
+        if value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if value.lower() in ("false", "0", "no", "off"):
+            return False
+    elif kind is int:
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    else:
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if math.isfinite(number):
+            return number
+    fail(f"switch {name} expects {_TYPE_WORDS[kind]}, got {raw!r}")
+
+
+def typed_switches(program: str, items: list[str]) -> dict[str, Any]:
+    """``--set key=value`` pairs checked against the constructor of registry program ``program``:
+    an unknown switch, or a value of the wrong type (``samples=many`` where the default is an
+    int), is a one-line error; each value is converted to the type of the parameter's default
+    (or annotation). A program that takes ``**switches`` gets :func:`parse_switches`' reading."""
+    from sqlweave import programs
+
+    raw: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            fail(f"--set needs key=value, got {item!r}")
+        raw[key.strip()] = value
+    if not raw:
+        return {}
+    try:
+        cls = programs.program_class(program)
+    except (ValueError, TypeError, KeyError) as err:
+        fail(str(err))
+    params = signature(cls.__init__).parameters
+    if any(p.kind is Parameter.VAR_KEYWORD for p in params.values()):
+        return {key: _parse_value(value.strip()) for key, value in raw.items()}
+    types = switch_types(cls)
+    parsed: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in types:
+            known = ", ".join(n for n, (kind, _) in types.items() if kind is not None)
+            fail(f"unknown switch {key!r} for program {program}; its switches: {known or 'none'}")
+        kind, optional = types[key]
+        if kind is None:
+            fail(f"switch {key} of {program} takes a Python object; it cannot be set with --set")
+        parsed[key] = _convert_switch(key, kind, optional, value)
+    return parsed
+
+
+def _parse_value(value: str) -> Any:
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def program_from(
+    program: str | None, switches: list[str], preset: str | None = None
+) -> tuple[Any, str]:
+    """A registry name or a preset (with --set switches on top; neither: the default preset)
+    or a compiled artefact path, as a CompiledProgram, and the program's name."""
+    from sqlweave.api import CompiledProgram, preset_meta
+    from sqlweave.optimizers import ArtifactError, load_program
+    from sqlweave.programs.presets import resolve
+
+    if program is not None and (Path(program).suffix == ".json" or Path(program).exists()):
+        if switches or preset:
+            fail("--set and --preset apply to a registry program, not to a compiled .json")
+        try:
+            prog, meta = load_program(Path(program))
+        except ArtifactError as err:
+            fail(str(err))
+        return CompiledProgram(prog, meta), meta.program
+    try:
+        name = resolve(program, preset)[0]
+        parsed = typed_switches(name, switches)
+        built, meta = preset_meta(program, preset, parsed)
+    except (ValueError, TypeError) as err:
+        fail(str(err))
+    return CompiledProgram(built, meta), name
+
+
+def search_space(program: str, items: list[str]) -> dict[str, list[Any]]:
+    """``--space switch=a,b,c`` items as switch -> typed choices (checked like ``--set``)."""
+    space: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        key = key.strip()
+        choices = [v for v in values.split(",") if v.strip()]
+        if not sep or not key or not choices:
+            fail(f"--space needs switch=a,b,c, got {item!r}")
+        if key in space:
+            fail(f"--space gives {key} twice; list every choice in one switch=a,b,c")
+        space[key] = [typed_switches(program, [f"{key}={v}"])[key] for v in choices]
+    return space
