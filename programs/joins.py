@@ -31,14 +31,14 @@ from sqlglot import exp
 
 from sqlweave.db import Database
 from sqlweave.programs.base import resolve_database
-from sqlweave.programs.rules import (
-    _enclosing_selects,
-    _inside_select_body,
-    _parse,
-    _Resolver,
-    _sources,
+from sqlweave.programs.resolution import (
+    Resolver,
+    enclosing_selects,
+    inside_select_body,
+    sources_of,
 )
 from sqlweave.schema import ForeignKey, Schema, Table, introspect
+from sqlweave.sqltree import parse_sql
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def fk_path(
 
 def _alias_of(select: exp.Select, table: str) -> str | None:
     """The alias (or name) under which ``select`` already reads ``table``, if it does."""
-    for source in _sources(select).values():
+    for source in sources_of(select).values():
         if isinstance(source, exp.Table) and source.name.lower() == table.lower():
             return source.alias_or_name
     return None
@@ -151,21 +151,21 @@ def complete_joins(
     """``sql`` with the joins its stray columns need (module doc), or None when nothing was
     changed (it parses not, every column resolves, or no short path reaches the column);
     ``question`` chooses between several keys linking the same two tables (:func:`fk_path`)."""
-    tree = _parse(sql, dialect)
+    tree = parse_sql(sql, dialect)
     if tree is None:
         return None
-    resolver = _Resolver(tree, schema)
+    resolver = Resolver(tree, schema)
     fresh = itertools.count(1)
     changed = False
     for col in list(tree.find_all(exp.Column)):
-        if isinstance(col.this, exp.Star) or not _inside_select_body(col) or resolver.known(col):
+        if isinstance(col.this, exp.Star) or not inside_select_body(col) or resolver.known(col):
             continue
         if col.find_ancestor(exp.Join) is not None:
             continue  # a join's own key on the wrong table: a wrong join, not a missing one
-        select = next(_enclosing_selects(col))
+        select = next(enclosing_selects(col))
         if resolver.opaque(select):
             continue  # a subquery or CTE source may hold the name
-        sources = _sources(select)
+        sources = sources_of(select)
         qualifier = col.table.lower()
         if qualifier:
             if qualifier not in sources:
@@ -187,7 +187,7 @@ def complete_joins(
         for _, from_col, to_table, to_col in steps:
             known = _alias_of(select, to_table)
             if known is None:
-                taken = {key.lower() for key in _sources(select)}
+                taken = {key.lower() for key in sources_of(select)}
                 known = next(f"J{n}" for n in fresh if f"j{n}" not in taken)
                 select.join(
                     exp.alias_(exp.to_table(to_table), known, table=True),
@@ -203,7 +203,7 @@ def complete_joins(
         real = holder.column(col.name) if holder is not None else None
         logger.debug("joins: %s -> %s.%s", col.sql(), alias, col.name)
         col.replace(exp.column(real.name if real is not None else col.name, table=alias))
-        resolver = _Resolver(tree, schema)
+        resolver = Resolver(tree, schema)
         changed = True
     return tree.sql(dialect=dialect) if changed else None
 

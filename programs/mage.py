@@ -74,6 +74,7 @@ from sqlweave.programs.rules import is_hard_case
 from sqlweave.programs.voting import Sampler
 from sqlweave.schema import introspect, render_ddl
 from sqlweave.signatures import CorrectSQL, GenerateSQL
+from sqlweave.sqltree import parse_sql
 
 logger = logging.getLogger(__name__)
 
@@ -115,13 +116,6 @@ _SET_WORDS = re.compile(
     r"did not|don't|doesn't|didn't|not have|no\b)",
     re.I,
 )
-
-
-def _parse(sql: str, dialect: str) -> exp.Expression | None:
-    try:
-        return sqlglot.parse_one(sql, read=dialect) if sql.strip() else None
-    except (ParseError, TokenError):
-        return None
 
 
 def _has_unneeded_join(tree: exp.Expression) -> bool:
@@ -166,7 +160,7 @@ def choose_guidelines(question: str, sql: str, dialect: str = "sqlite") -> list[
     DISTINCT hint; negation, "both" or "either" (or a set operator already written) the set-operator
     hint. With nothing specific, the column hint keeps the prompt meaningful.
     """
-    tree = _parse(sql, dialect)
+    tree = parse_sql(sql, dialect, several="block")
     chosen: list[str] = []
     if tree is not None and _has_unneeded_join(tree):
         chosen.append("join")

@@ -48,14 +48,21 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError, TokenError
 
 from sqlweave.db import Database
 from sqlweave.metrics import spider_hardness
 from sqlweave.programs.base import resolve_database
+from sqlweave.programs.resolution import (
+    Resolver,
+    cte_names,
+    enclosing_selects,
+    inside_select_body,
+    is_sqlite_string,
+    sources_of,
+)
 from sqlweave.schema import Column, Schema, Table, introspect
+from sqlweave.sqltree import parse_sql
 from sqlweave.values import ValueIndex
 
 logger = logging.getLogger(__name__)
@@ -122,136 +129,11 @@ class RuleResult:
 Rule = Callable[[exp.Expression, RuleContext], exp.Expression | None]
 
 
-# --- name resolution -----------------------------------------------------------------------------
-
-
-def _cte_names(root: exp.Expression) -> set[str]:
-    return {cte.alias_or_name.lower() for cte in root.find_all(exp.CTE)}
-
-
-def _enclosing_selects(node: exp.Expression) -> Iterator[exp.Select]:
-    """The SELECTs around ``node``, innermost first (a correlated name resolves outward)."""
-    parent = node.parent
-    while parent is not None:
-        if isinstance(parent, exp.Select):
-            yield parent
-        parent = parent.parent
-
-
-def _sources(select: exp.Select) -> dict[str, exp.Expression]:
-    """``{alias or name (lower-case): Table or Subquery}`` of one SELECT's FROM and JOINs."""
-    out: dict[str, exp.Expression] = {}
-    items = []
-    from_ = select.args.get("from_")
-    if from_ is not None:
-        items.append(from_.this)
-    items += [j.this for j in select.args.get("joins") or []]
-    for item in items:
-        if isinstance(item, exp.Table | exp.Subquery):
-            out[item.alias_or_name.lower()] = item
-    return out
-
-
-class _Resolver:
-    """Maps tables and columns of one query to the schema, looking through aliases."""
-
-    def __init__(self, root: exp.Expression, schema: Schema) -> None:
-        self.root = root
-        self.schema = schema
-        self.ctes = _cte_names(root)
-
-    def table_of(self, source: exp.Expression) -> Table | None:
-        """The schema table a FROM/JOIN item reads, or None (subquery, CTE, unknown name)."""
-        if not isinstance(source, exp.Table) or source.name.lower() in self.ctes:
-            return None
-        return self.schema.find_table(source.name)
-
-    def opaque(self, select: exp.Select) -> bool:
-        """True when some source of ``select`` has columns the schema cannot tell (subquery, CTE,
-        unknown table): an unqualified name might come from it."""
-        return any(self.table_of(s) is None for s in _sources(select).values())
-
-    def source_tables(self, select: exp.Select) -> list[Table]:
-        """The schema tables read by ``select``'s FROM and JOINs, in query order."""
-        return [t for s in _sources(select).values() if (t := self.table_of(s)) is not None]
-
-    def resolve(self, col: exp.Column) -> tuple[Table, Column] | None:
-        """The schema table and column ``col`` denotes, or None when it is not a schema column
-        (unknown name, output alias, column of a subquery or CTE)."""
-        qualifier = col.table.lower()
-        for select in _enclosing_selects(col):
-            sources = _sources(select)
-            if qualifier:
-                if qualifier in sources:
-                    table = self.table_of(sources[qualifier])
-                    found = table.column(col.name) if table is not None else None
-                    return (table, found) if table is not None and found is not None else None
-                continue
-            for source in sources.values():
-                table = self.table_of(source)
-                found = table.column(col.name) if table is not None else None
-                if table is not None and found is not None:
-                    return table, found
-            if self.opaque(select) or _is_output_alias(col, select):
-                return None
-        return None
-
-    def known(self, col: exp.Column) -> bool:
-        """True when ``col`` means something: a schema column, an output alias, a column of a
-        subquery or CTE, or anything in a scope whose sources we cannot see."""
-        if self.resolve(col) is not None:
-            return True
-        qualifier = col.table.lower()
-        selects = list(_enclosing_selects(col))
-        if not selects:
-            return True  # e.g. ORDER BY of a set operation: its names are the output columns
-        for select in selects:
-            sources = _sources(select)
-            if qualifier:
-                if qualifier in sources:
-                    return self.table_of(sources[qualifier]) is None
-                continue
-            if self.opaque(select) or _is_output_alias(col, select):
-                return True
-        # A qualifier naming no source, or a name found in no source: unknown.
-        return False
-
-
-def _is_output_alias(col: exp.Column, select: exp.Select) -> bool:
-    name = col.name.lower()
-    return any(isinstance(e, exp.Alias) and e.alias.lower() == name for e in select.expressions)
-
-
-def _is_sqlite_string(col: exp.Column, resolver: _Resolver, dialect: str) -> bool:
-    """SQLite reads a ``"double-quoted"`` name that is no column as a string literal; Spider's
-    gold SQL writes most values that way. Only operands of comparisons count: a quoted unknown
-    name in the SELECT list is a misspelt column, not a constant anyone meant."""
-    ident = col.this
-    return (
-        dialect == "sqlite"
-        and not col.table
-        and isinstance(ident, exp.Identifier)
-        and bool(ident.args.get("quoted"))
-        and isinstance(col.parent, exp.Binary | exp.In | exp.Between)
-        and resolver.resolve(col) is None
-    )
-
-
 def _closest(name: str, candidates: Sequence[str], cutoff: float = NAME_CUTOFF) -> str | None:
     """The candidate most similar to ``name`` (case-insensitive), or None below ``cutoff``."""
     lower = {c.lower(): c for c in reversed(candidates)}
     found = difflib.get_close_matches(name.lower(), list(lower), n=1, cutoff=cutoff)
     return lower[found[0]] if found else None
-
-
-def _parse(sql: str, dialect: str) -> exp.Expression | None:
-    try:
-        trees = sqlglot.parse(sql, read=dialect)
-    except (ParseError, TokenError) as err:
-        logger.debug("rules: cannot parse %r: %s", sql, err)
-        return None
-    trees = [t for t in trees if t is not None]
-    return trees[0] if len(trees) == 1 else None
 
 
 # --- rule 1: string format -------------------------------------------------------------------------
@@ -289,10 +171,10 @@ def _better_value(
     return None
 
 
-def _literal_text(node: exp.Expression, resolver: _Resolver, dialect: str) -> str | None:
+def _literal_text(node: exp.Expression, resolver: Resolver, dialect: str) -> str | None:
     if isinstance(node, exp.Literal) and node.is_string:
         return node.this
-    if isinstance(node, exp.Column) and _is_sqlite_string(node, resolver, dialect):
+    if isinstance(node, exp.Column) and is_sqlite_string(node, resolver, dialect):
         return node.name
     return None
 
@@ -317,7 +199,7 @@ def fix_string_format(expr: exp.Expression, ctx: RuleContext) -> exp.Expression 
     was meant to be ('male' -> 'Male', 'Beatles' -> 'The Beatles'): an equality against a value
     that does not exist returns nothing, and the LM cannot see the data to know the spelling."""
     tree = expr.copy()
-    resolver = _Resolver(tree, ctx.schema)
+    resolver = Resolver(tree, ctx.schema)
     index: ValueIndex | None = None
     changed = False
     for predicate, side, literals in list(_comparisons(tree)):
@@ -356,7 +238,7 @@ def fix_schema_mismatch(expr: exp.Expression, ctx: RuleContext) -> exp.Expressio
     query although the intent is usually plain ('singers' -> 'singer', 'nme' -> 'name')."""
     tree = expr.copy()
     schema = ctx.schema
-    ctes = _cte_names(tree)
+    ctes = cte_names(tree)
     changed = False
 
     for table in list(tree.find_all(exp.Table)):
@@ -371,7 +253,7 @@ def fix_schema_mismatch(expr: exp.Expression, ctx: RuleContext) -> exp.Expressio
         logger.debug("schema: table %r -> %r", name, better)
         if not table.alias:
             # Columns qualified by the old bare name must follow it.
-            select = next(_enclosing_selects(table), None)
+            select = next(enclosing_selects(table), None)
             scope = select if select is not None else tree
             for col in scope.find_all(exp.Column):
                 if col.table.lower() == name.lower():
@@ -379,13 +261,13 @@ def fix_schema_mismatch(expr: exp.Expression, ctx: RuleContext) -> exp.Expressio
         table.set("this", exp.to_identifier(better, quoted=table.this.args.get("quoted")))
         changed = True
 
-    resolver = _Resolver(tree, schema)
+    resolver = Resolver(tree, schema)
     for col in list(tree.find_all(exp.Column)):
         if isinstance(col.this, exp.Star) or resolver.known(col):
             continue
-        if _is_sqlite_string(col, resolver, ctx.dialect):
+        if is_sqlite_string(col, resolver, ctx.dialect):
             continue
-        if not _inside_select_body(col):
+        if not inside_select_body(col):
             continue
         replacement = _replacement_column(col, resolver)
         if replacement is None:
@@ -402,15 +284,10 @@ def fix_schema_mismatch(expr: exp.Expression, ctx: RuleContext) -> exp.Expressio
     return tree if changed else None
 
 
-def _inside_select_body(col: exp.Column) -> bool:
-    """False for names in places that are not column references (aliases, function options)."""
-    return next(_enclosing_selects(col), None) is not None
-
-
-def _replacement_column(col: exp.Column, resolver: _Resolver) -> tuple[str | None, str] | None:
+def _replacement_column(col: exp.Column, resolver: Resolver) -> tuple[str | None, str] | None:
     """(qualifier, column name) to use instead of an unknown ``col``, or None."""
-    select = next(_enclosing_selects(col))
-    sources = _sources(select)
+    select = next(enclosing_selects(col))
+    sources = sources_of(select)
     qualifier = col.table.lower()
     if qualifier:
         if qualifier not in sources:
@@ -459,7 +336,7 @@ def fix_invalid_aggregation(expr: exp.Expression, ctx: RuleContext) -> exp.Expre
     COUNT over several columns: the first picks an alphabetical extreme the question almost never
     asks for, the second is an error in SQLite."""
     tree = expr.copy()
-    resolver = _Resolver(tree, ctx.schema)
+    resolver = Resolver(tree, ctx.schema)
     changed = False
     for node in list(tree.find_all(exp.Count)):
         inner = node.this
@@ -531,7 +408,7 @@ def fix_join_condition(expr: exp.Expression, ctx: RuleContext) -> exp.Expression
     key of the two tables, because a join on the wrong key silently pairs unrelated rows; drop a
     join that cannot be repaired only when nothing else in the query uses its table."""
     tree = expr.copy()
-    resolver = _Resolver(tree, ctx.schema)
+    resolver = Resolver(tree, ctx.schema)
     changed = False
     for join in list(tree.find_all(exp.Join)):
         cond = join.args.get("on")
@@ -575,7 +452,7 @@ def _choose_fk(pairs: list[tuple[str, str]], ca: str, cb: str) -> tuple[str, str
 
 
 def _droppable(
-    join: exp.Join, cond: exp.Expression, resolver: _Resolver, ca: Column, cb: Column
+    join: exp.Join, cond: exp.Expression, resolver: Resolver, ca: Column, cb: Column
 ) -> bool:
     """A join may go only when its types cannot compare and its table serves nothing else."""
     if frozenset({ca.kind, cb.kind}) not in _INCOMPATIBLE_KINDS:
@@ -642,7 +519,7 @@ def apply_rules(
     else:
         db = resolve_database(db_or_schema)
         schema = introspect(db)
-    tree = _parse(sql, dialect)
+    tree = parse_sql(sql, dialect)
     if tree is None:
         return RuleResult(sql, [], sql)
     ctx = RuleContext(schema=schema, value_index=value_index, dialect=dialect, db=db)
@@ -662,7 +539,7 @@ def is_hard_case(sql: str, dialect: str = "sqlite") -> bool:
     than two tables joined in one SELECT, or a set operator. The LM pass is expensive and meant
     for complicated errors, so simple queries skip it. SQL that does not parse counts as hard:
     no rule can repair it and only the LM pass can."""
-    tree = _parse(sql, dialect)
+    tree = parse_sql(sql, dialect)
     if tree is None:
         return True
     if tree.find(exp.SetOperation) is not None:

@@ -479,6 +479,7 @@ def test_every_corrector(bundled_pool, concert: Database, corrector: str) -> Non
         "rules": (HARD, ["corrector"], 2),  # no rule fires on HARD
         "mage": (HARD_FIXED, ["corrector"], 3),  # hard, no rule fired: one guided call
         "joins": (HARD, ["corrector"], 2),  # HARD runs: no join to complete
+        "intersect": (HARD, ["corrector"], 2),  # no "both" to split
         "rules_intersect": (HARD, ["corrector"], 2),  # no rule fires, no "both" to split
     }[corrector]
     assert (pred.sql, pred.stages[3:], len(lm.history)) == expected
