@@ -8,19 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
+from sqlweave.cli import options as opt
 from sqlweave.cli.common import configure_lm, fail, setup_logging
-from sqlweave.cli.options import (
-    AllowSuperuserOpt,
-    ApiBaseOpt,
-    JsonOpt,
-    LmThreadsOpt,
-    ModelOpt,
-    PresetOpt,
-    ProgramOpt,
-    QuietOpt,
-    SetOpt,
-    VerboseOpt,
-)
 from sqlweave.cli.root import app
 from sqlweave.cli.switches import program_from
 
@@ -29,18 +18,18 @@ from sqlweave.cli.switches import program_from
 def ask(
     question: Annotated[str, typer.Argument(help="the question to answer")],
     db: Annotated[str, typer.Option("--db", help="SQLite file or SQLAlchemy URL")],
-    program: ProgramOpt = None,
-    preset: PresetOpt = None,
-    set_: SetOpt = None,
+    program: opt.ProgramOpt = None,
+    preset: opt.PresetOpt = None,
+    set_: opt.SetOpt = None,
     evidence: Annotated[str, typer.Option(help="external knowledge (BIRD evidence)")] = "",
-    model: ModelOpt = "local:qwen2.5-coder-1.5b",
-    api_base: ApiBaseOpt = None,
-    lm_threads: LmThreadsOpt = None,
+    model: opt.ModelOpt = "local:qwen2.5-coder-1.5b",
+    api_base: opt.ApiBaseOpt = None,
+    lm_threads: opt.LmThreadsOpt = None,
     max_rows: Annotated[int, typer.Option(help="rows to print")] = 20,
-    allow_superuser: AllowSuperuserOpt = False,
-    json_: JsonOpt = False,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
+    allow_superuser: opt.AllowSuperuserOpt = False,
+    json_: opt.JsonOpt = False,
+    quiet: opt.QuietOpt = False,
+    verbose: opt.VerboseOpt = False,
 ) -> None:
     """Answer one question: print the SQL, then its result table (run read-only).
 

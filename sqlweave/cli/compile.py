@@ -13,18 +13,9 @@ from typing import Annotated, Any
 
 import typer
 
+from sqlweave.cli import options as opt
 from sqlweave.cli.common import check_writable, configure_lm, fail, setup_logging
 from sqlweave.cli.describe import kept_defaults_line, switch_text, synthetic_lines
-from sqlweave.cli.options import (
-    ApiBaseOpt,
-    DataRootOpt,
-    LmThreadsOpt,
-    ModelOpt,
-    PresetOpt,
-    QuietOpt,
-    SetOpt,
-    VerboseOpt,
-)
 from sqlweave.cli.root import app
 from sqlweave.cli.switches import search_space, typed_switches
 from sqlweave.compile_plan import DEFAULT_MAX_DEMOS, DEFAULT_N_TRAIN, DEFAULT_N_VAL
@@ -182,8 +173,8 @@ class CompileRequest:
 @app.command("compile")
 def compile_cmd(
     program: ProgramNameOpt = None,
-    preset: PresetOpt = None,
-    set_: SetOpt = None,
+    preset: opt.PresetOpt = None,
+    set_: opt.SetOpt = None,
     out: OutOpt = Path("compiled.json"),
     optimizer: OptimizerOpt = "bootstrap",
     budget: BudgetOpt = None,
@@ -204,14 +195,14 @@ def compile_cmd(
     sampler: SamplerOpt = "auto",
     seed: SeedOpt = 0,
     checkpoint: CheckpointOpt = None,
-    data_root: DataRootOpt = None,
-    model: ModelOpt = "local:qwen2.5-coder-1.5b",
+    data_root: opt.DataRootOpt = None,
+    model: opt.ModelOpt = "local:qwen2.5-coder-1.5b",
     proposer_model: ProposerOpt = None,
-    api_base: ApiBaseOpt = None,
-    lm_threads: LmThreadsOpt = None,
+    api_base: opt.ApiBaseOpt = None,
+    lm_threads: opt.LmThreadsOpt = None,
     progress: ProgressOpt = True,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
+    quiet: opt.QuietOpt = False,
+    verbose: opt.VerboseOpt = False,
 ) -> None:
     """Optimize a program against EX on train data, score it on validation data and save it.
 

@@ -7,18 +7,11 @@ from typing import Annotated, Any
 
 import typer
 
+from sqlweave.cli import options as opt
 from sqlweave.cli.ask import ask
 from sqlweave.cli.common import fail, load_examples, setup_logging
 from sqlweave.cli.compile import CompileRequest, compile_request
 from sqlweave.cli.describe import search_of
-from sqlweave.cli.options import (
-    ApiBaseOpt,
-    DataRootOpt,
-    LmThreadsOpt,
-    ModelOpt,
-    QuietOpt,
-    VerboseOpt,
-)
 from sqlweave.cli.root import app
 from sqlweave.cli.runs import model_tag, record_provenance, run_identity
 
@@ -35,15 +28,15 @@ NValOpt = Annotated[
 
 @app.command()
 def demo(
-    model: ModelOpt = "local:qwen2.5-coder-1.5b",
-    api_base: ApiBaseOpt = None,
-    lm_threads: LmThreadsOpt = None,
+    model: opt.ModelOpt = "local:qwen2.5-coder-1.5b",
+    api_base: opt.ApiBaseOpt = None,
+    lm_threads: opt.LmThreadsOpt = None,
     workdir: WorkdirOpt = Path("runs/demo"),
     n_dev: NDevOpt = 20,
     n_val: NValOpt = 10,
-    data_root: DataRootOpt = None,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
+    data_root: opt.DataRootOpt = None,
+    quiet: opt.QuietOpt = False,
+    verbose: opt.VerboseOpt = False,
 ) -> None:
     """The main job: compile, save, evaluate the saved program beside naive, ask once.
 

@@ -9,20 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
+from sqlweave.cli import options as opt
 from sqlweave.cli.common import check_writable, configure_lm, fail, load_examples, setup_logging
-from sqlweave.cli.options import (
-    ApiBaseOpt,
-    DataRootOpt,
-    DatasetOpt,
-    JsonOpt,
-    LmThreadsOpt,
-    ModelOpt,
-    PresetOpt,
-    ProgramOpt,
-    QuietOpt,
-    SetOpt,
-    VerboseOpt,
-)
 from sqlweave.cli.root import app
 from sqlweave.cli.runs import (
     model_tag,
@@ -78,29 +66,29 @@ ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress")]
 
 @app.command()
 def evaluate(
-    program: ProgramOpt = None,
-    preset: PresetOpt = None,
-    dataset: DatasetOpt = "spider",
+    program: opt.ProgramOpt = None,
+    preset: opt.PresetOpt = None,
+    dataset: opt.DatasetOpt = "spider",
     split: SplitOpt = "dev",
     n: NOpt = 200,
     seed: SeedOpt = 0,
     out: OutOpt = None,
     resume: ResumeOpt = True,
-    data_root: DataRootOpt = None,
-    model: ModelOpt = "local:qwen2.5-coder-1.5b",
-    api_base: ApiBaseOpt = None,
-    set_: SetOpt = None,
+    data_root: opt.DataRootOpt = None,
+    model: opt.ModelOpt = "local:qwen2.5-coder-1.5b",
+    api_base: opt.ApiBaseOpt = None,
+    set_: opt.SetOpt = None,
     threads: ThreadsOpt = 1,
     slice_: SliceOpt = None,
     baseline: BaselineOpt = None,
     strict_gold: StrictGoldOpt = False,
-    lm_threads: LmThreadsOpt = None,
+    lm_threads: opt.LmThreadsOpt = None,
     n_threads: NThreadsOpt = None,
     prompt_lookup: PromptLookupOpt = None,
     progress: ProgressOpt = True,
-    json_: JsonOpt = False,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
+    json_: opt.JsonOpt = False,
+    quiet: opt.QuietOpt = False,
+    verbose: opt.VerboseOpt = False,
 ) -> None:
     """Execution accuracy (EX, percent) of a program on a benchmark slice or your own questions
     file; resumes an interrupted run.

@@ -6,18 +6,8 @@ from typing import Annotated
 
 import typer
 
+from sqlweave.cli import options as opt
 from sqlweave.cli.common import configure_lm, fail, setup_logging
-from sqlweave.cli.options import (
-    AllowSuperuserOpt,
-    ApiBaseOpt,
-    LmThreadsOpt,
-    ModelOpt,
-    PresetOpt,
-    ProgramOpt,
-    QuietOpt,
-    SetOpt,
-    VerboseOpt,
-)
 from sqlweave.cli.root import app
 from sqlweave.cli.switches import program_from
 
@@ -32,16 +22,16 @@ def serve_cmd(
             "first is the default)",
         ),
     ],
-    program: ProgramOpt = None,
-    preset: PresetOpt = None,
-    set_: SetOpt = None,
-    model: ModelOpt = "local:qwen2.5-coder-1.5b",
-    api_base: ApiBaseOpt = None,
+    program: opt.ProgramOpt = None,
+    preset: opt.PresetOpt = None,
+    set_: opt.SetOpt = None,
+    model: opt.ModelOpt = "local:qwen2.5-coder-1.5b",
+    api_base: opt.ApiBaseOpt = None,
     host: Annotated[
         str, typer.Option(help="address to listen on (127.0.0.1: this machine only)")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
-    lm_threads: LmThreadsOpt = None,
+    lm_threads: opt.LmThreadsOpt = None,
     concurrency: Annotated[
         int,
         typer.Option(
@@ -49,9 +39,9 @@ def serve_cmd(
         ),
     ] = 8,
     max_rows: Annotated[int, typer.Option(help="rows an answer returns at most")] = 1000,
-    allow_superuser: AllowSuperuserOpt = False,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
+    allow_superuser: opt.AllowSuperuserOpt = False,
+    quiet: opt.QuietOpt = False,
+    verbose: opt.VerboseOpt = False,
 ) -> None:
     """Serve a program over HTTP: POST /ask, GET /schema, GET /health and a web page at /.
 

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
+from sqlweave.cli import options as opt
 from sqlweave.cli.common import check_writable, configure_lm, fail, setup_logging
-from sqlweave.cli.options import ApiBaseOpt, LmThreadsOpt, ModelOpt, QuietOpt, SetOpt, VerboseOpt
 from sqlweave.cli.root import app
 from sqlweave.cli.switches import typed_switches
 
@@ -43,16 +43,16 @@ def synthesize(
     n: NOpt = 40,
     out: OutOpt = Path("synthetic.jsonl"),
     program: CheckerOpt = "direct",
-    set_: SetOpt = None,
+    set_: opt.SetOpt = None,
     check: CheckOpt = True,
     accept: AcceptOpt = "answer",
     seed: SeedOpt = 0,
     sample_rows: SampleRowsOpt = 0,
-    model: ModelOpt = "local:qwen2.5-coder-1.5b",
-    api_base: ApiBaseOpt = None,
-    lm_threads: LmThreadsOpt = None,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
+    model: opt.ModelOpt = "local:qwen2.5-coder-1.5b",
+    api_base: opt.ApiBaseOpt = None,
+    lm_threads: opt.LmThreadsOpt = None,
+    quiet: opt.QuietOpt = False,
+    verbose: opt.VerboseOpt = False,
 ) -> None:
     """Make training pairs for your own database: template SQL checked by execution, the
     question written by the LM, kept when a program's answer to it returns the same rows.
