@@ -6,6 +6,7 @@ One module per job, each importing only those below it:
                                  the local settings read from the environment;
 - :mod:`~sqlweave.lm.snapshots`  KV snapshots of sampled prompts;
 - :mod:`~sqlweave.lm.sequences`  a completion as the decoding loop builds it, and its cost;
+- :mod:`~sqlweave.lm.batching`   the batch loop: k samples of one prompt decoded together;
 - :mod:`~sqlweave.lm.decoding`   llama-cpp-python's decoding loop with snapshots, prompt-lookup
                                  decoding and batched samples hooked in;
 - :mod:`~sqlweave.lm.loading`    one loaded model per file and settings, shared and locked;
