@@ -476,12 +476,12 @@ class PQGramRetriever(_StructureRetriever):
 
 
 def _unknown(name: str) -> ValueError:
-    return ValueError(f"unknown retriever {name!r}; choose one of {', '.join(RETRIEVER_NAMES)}")
+    return ValueError(f"unknown retriever {name!r}; choose one of {', '.join(RETRIEVERS)}")
 
 
 def _missing(name: str, err: Exception) -> ImportError:
     """A retriever whose module did not import (``graph`` without the GNN stack)."""
-    others = ", ".join(n for n in RETRIEVER_NAMES if n != name)
+    others = ", ".join(n for n in RETRIEVERS if n != name)
     return ImportError(
         f"the {name!r} retriever needs {RETRIEVERS.where(name)}, which could not be "
         f"imported ({err}); choose another of {others}"
@@ -506,6 +506,7 @@ RETRIEVERS = Registry(
     unknown=_unknown,
     missing=_missing,
 )
+#: The built-in retriever names (``RETRIEVERS`` also holds those registered later).
 RETRIEVER_NAMES = tuple(RETRIEVERS)
 
 
