@@ -48,8 +48,8 @@ BIRD_LEVELS = ("simple", "moderate", "challenging")
 class DataError(SqlweaveError, ValueError):
     """A benchmark or question file is missing or malformed; the message names file and problem."""
 
-    # Raised and caught as sqlweave.data.DataError since the first release (it is re-exported
-    # there): the name its users see and the one a pickled error reloads by.
+    # Documented, caught and reported as sqlweave.data.DataError since the first release (it is
+    # re-exported there); it moved here with the loaders, its name did not.
     __module__ = "sqlweave.data"
 
     def __init__(self, path: str | Path | None, problem: str) -> None:
