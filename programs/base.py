@@ -54,6 +54,9 @@ class SQLProgram(dspy.Module):
     #: Constructor parameters that are not switches (a train pool, an encoder, a retriever
     #: object): passed again by the caller after loading, never saved.
     INJECTED: ClassVar[frozenset[str]] = frozenset({"pool", "encoder", "retriever"})
+    #: The stage capability a Sampler reads (stages.CAPABILITIES): a program is called with
+    #: ``db=``, so one can be sampled like a predictor.
+    takes_db: ClassVar[bool] = True
     #: The switch search's default space (:func:`sqlweave.optimizers.search.default_space`):
     #: switch -> choices, declared beside the switches it names. Empty: no default space (the
     #: search then needs ``space=``).

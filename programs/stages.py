@@ -58,7 +58,7 @@ A seed takes ``linker=``, ``selector=`` and ``corrector=`` constructor arguments
 (saved with a compiled artefact, and what ``sqlweave ... --set linker=bidirectional`` passes) or
 a stage instance (used as given, not saved). Its paper's choice is the default. A program never
 asks which class or name a stage has: a stage declares what it does (:data:`CAPABILITIES`:
-``is_noop``, ``picks_first``, ``settles_early``, ``takes_weights``, ``takes_sources``,
+``is_noop``, ``picks_first``, ``settles_early``, ``takes_weights``, ``takes_sources``, ``takes_db``,
 ``links_forward``, ``links_backward``) and the program reads that
 with :func:`declares`, so a user's stage that declares the same is treated the same. A new
 implementation is one class and one :func:`register` call.
@@ -167,6 +167,9 @@ CAPABILITIES: dict[str, bool] = {
     "links_forward": False,
     # A linker that reads the draft SQL (``sql=``); every linker is given one by the protocol.
     "links_backward": True,
+    # A generator a Sampler calls with ``db=`` (a whole program, SQLProgram); a predictor is
+    # called with its prompt's inputs only.
+    "takes_db": False,
 }
 
 

@@ -39,7 +39,7 @@ from dspy.utils.exceptions import AdapterParseError
 from sqlweave.db import Database, ExecutionError, QueryResult
 from sqlweave.lm import EarlyStop, batched_samples
 from sqlweave.metrics import has_top_level_order_by, results_match
-from sqlweave.programs.base import SQLProgram, resolve_database
+from sqlweave.programs.base import resolve_database
 from sqlweave.programs.feedback import FEEDBACK_TIMEOUT_S, execute_quietly, is_empty
 from sqlweave.programs.repair import REPAIR_SCOPES as REPAIR_SCOPES  # re-exported
 from sqlweave.programs.repair import PoolRepair as PoolRepair
@@ -313,8 +313,9 @@ class Sampler(dspy.Module):
     """``n`` SQL candidates from one generator: the first greedy (with ``greedy_first``), the
     others sampled at ``temperature`` with distinct rollout ids (:func:`sample_lm`).
 
-    ``predictor`` is a :class:`~sqlweave.programs.base.SQLProgram` (called with ``db=``) or any
-    module / predictor whose output has a ``sql_field``; it is called with the other inputs.
+    ``predictor`` is a :class:`~sqlweave.programs.base.SQLProgram` or another module that declares
+    ``takes_db`` (called with ``db=``), or any module / predictor whose output has a
+    ``sql_field``; it is called with the other inputs.
     Garbage output becomes an empty candidate, never an exception.
 
     ``settle`` is for candidates that go to the unweighted execution vote (:func:`vote`, the
@@ -352,7 +353,7 @@ class Sampler(dspy.Module):
 
     def _call(self, db: Database, inputs: dict[str, Any]) -> str:
         try:
-            if isinstance(self.predictor, SQLProgram):
+            if declares(self.predictor, "takes_db"):
                 out = self.predictor(db=db, **inputs)
             else:
                 out = self.predictor(**inputs)
