@@ -288,16 +288,7 @@ def filter_schema(
     schema = index.schema
     query = " ".join(p for p in (question, evidence) if p)
     names = schema.table_names
-    by_lower = {n.lower(): i for i, n in enumerate(names)}
-    value_scores = np.zeros(len(names))
-    pinned = []
-    for table, column, value in mentioned:
-        i = by_lower.get(table.lower())
-        if i is None or len(value) < 3 or value.lower() in _STOPWORDS:
-            continue
-        # Longer values name things more specifically ("Jetblue Airways" vs "All", "20").
-        value_scores[i] += len(value)
-        pinned.append((names[i], column))
+    value_scores, pinned = _value_scores(names, mentioned)
     own = index.table_scores(query) + value_weight * _rrf(value_scores)
     graph = index.graph
     # A table joined to a related table is related too: "customers with the most invoices" names
@@ -309,6 +300,49 @@ def filter_schema(
     total = own + neighbour_weight * neighbour_best
     order = [names[i] for i in np.argsort(-total, kind="stable")]
     score_of = {names[i]: float(total[i]) for i in range(len(names))}
+    kept = _keep(order, score_of, graph, max_tables, min_share)
+    whole = _dominant_component(
+        index.component_of, names, kept, score_of, whole_component, component_share
+    )
+    if whole:
+        subset = schema.subset(tables=whole)
+        if fit is None or fit(subset):
+            return FilteredSchema(schema=subset, ranking=whole, scores=score_of, pinned=pinned)
+    subset = schema.subset(tables=kept)
+    if fit is not None:
+        while len(kept) > 1 and not fit(subset):
+            kept.pop()
+            subset = schema.subset(tables=kept)
+    return FilteredSchema(schema=subset, ranking=kept, scores=score_of, pinned=pinned)
+
+
+def _value_scores(
+    names: list[str], mentioned: Iterable[tuple[str, str, str]]
+) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """Per table, the summed length of the stored values the question names (values under three
+    characters and stopwords left out); and the (table, column) pairs those values pin."""
+    by_lower = {n.lower(): i for i, n in enumerate(names)}
+    value_scores = np.zeros(len(names))
+    pinned = []
+    for table, column, value in mentioned:
+        i = by_lower.get(table.lower())
+        if i is None or len(value) < 3 or value.lower() in _STOPWORDS:
+            continue
+        # Longer values name things more specifically ("Jetblue Airways" vs "All", "20").
+        value_scores[i] += len(value)
+        pinned.append((names[i], column))
+    return value_scores, pinned
+
+
+def _keep(
+    order: list[str],
+    score_of: dict[str, float],
+    graph: dict[str, set[str]],
+    max_tables: int,
+    min_share: float,
+) -> list[str]:
+    """The best table, then each next one while its score is at least ``min_share`` of the
+    best and fewer than ``max_tables`` are kept, each with the FK path joining it to the kept."""
     kept: list[str] = []
     best = score_of[order[0]] if order else 0.0
     for name in order:
@@ -326,19 +360,7 @@ def filter_schema(
         for t in [*bridge, name]:
             if t not in kept:
                 kept.append(t)
-    whole = _dominant_component(
-        index.component_of, names, kept, score_of, whole_component, component_share
-    )
-    if whole:
-        subset = schema.subset(tables=whole)
-        if fit is None or fit(subset):
-            return FilteredSchema(schema=subset, ranking=whole, scores=score_of, pinned=pinned)
-    subset = schema.subset(tables=kept)
-    if fit is not None:
-        while len(kept) > 1 and not fit(subset):
-            kept.pop()
-            subset = schema.subset(tables=kept)
-    return FilteredSchema(schema=subset, ranking=kept, scores=score_of, pinned=pinned)
+    return kept
 
 
 # --- narrowing a database for one question ----------------------------------------------------

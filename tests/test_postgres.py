@@ -249,7 +249,7 @@ def test_engine_guard_alone_refuses(
     copied: str, attack_urls: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without the sqlglot layer, the READ ONLY transaction (+ one-statement cursor) holds."""
-    monkeypatch.setattr(dbmod, "check_read_only", lambda sql, dialect="sqlite": None)
+    monkeypatch.setattr(dbmod.policy, "check_read_only", lambda sql, dialect="sqlite": None)
     before = _fingerprint(copied)
     for role, url in attack_urls.items():
         for name, outcome in _run_attacks(url).items():

@@ -1,0 +1,161 @@
+"""The engine protocol (a new engine is one module plus one registration) and the deadline that
+covers fetching as well as running, on every engine (issue 61).
+
+Before issue 61 a PostgreSQL query returning 5 M rows with ``max_rows=None`` and ``timeout_s=2``
+came back after 4.0-5.4 s: ``statement_timeout`` times each ``FETCH`` of the server-side cursor on
+its own. :func:`sqlweave.db.fetch.fetch` now looks at the deadline between chunks, and a
+watchdog cancel holds it across the fetches.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from sqlweave.db import (
+    ENGINES,
+    Database,
+    Engine,
+    ExecutionError,
+    RawTable,
+    TableScope,
+    register_engine,
+)
+from sqlweave.db.fetch import fetch
+from sqlweave.schema import introspect, native_ddl
+
+TIMEOUT_S = 2.0
+#: What the deadline may be overrun by: docs/security.md's "timeout + 1 s".
+GRACE_S = 1.0
+
+
+class ToyEngine(Engine):
+    """An in-memory SQLite database built from the URL (``toymem://``), one connection.
+
+    The whole engine: open, run under the deadline, interrupt, reflect. Layer 1 (the query
+    check) and the result cache come from :class:`Database`; this toy has no layer 2.
+    """
+
+    dialect = "sqlite"
+
+    def __init__(self) -> None:
+        super().__init__("toymem://", "toy")
+        self.conn = sqlite3.connect(":memory:", check_same_thread=False)
+        self.conn.executescript(
+            "CREATE TABLE pets (pet_id INTEGER PRIMARY KEY, name TEXT);"
+            "INSERT INTO pets VALUES (1, 'Rex'), (2, 'Tom'), (3, 'Kit');"
+        )
+
+    @classmethod
+    def open(cls, url: sa.URL, *, allow_superuser: bool = False) -> ToyEngine:
+        return cls()
+
+    def run(self, sql: str, deadline: float, max_rows: int | None, max_bytes: int | None):
+        self.conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 1_000)
+        try:
+            cursor = self.conn.execute(sql)
+            columns = tuple(d[0] for d in cursor.description or ())
+            rows, truncated = fetch(cursor, max_rows, max_bytes, deadline)
+        except sqlite3.Error as err:
+            kind = "timeout" if "interrupt" in str(err) else "runtime"
+            raise ExecutionError(kind, str(err), sql) from err
+        return columns, rows, truncated
+
+    def interrupt(self) -> None:
+        self.conn.interrupt()
+
+    def reflect(self) -> list[RawTable]:
+        return [
+            ("pets", [("pet_id", "INTEGER", "number"), ("name", "TEXT", "text")], ["pet_id"], [])
+        ]
+
+
+@pytest.fixture
+def toy() -> Database:
+    register_engine("toymem", ToyEngine, replace=True)
+    return Database.open("toymem://", name="toy")
+
+
+def test_a_registered_engine_runs_queries_through_database(toy: Database) -> None:
+    assert isinstance(toy.backend, ToyEngine) and toy.dialect == "sqlite"
+    assert "toymem" in ENGINES
+    result = toy.execute("SELECT name FROM pets ORDER BY pet_id")
+    assert result.rows == (("Rex",), ("Tom",), ("Kit",))
+    assert toy.execute("SELECT name FROM pets ORDER BY pet_id") is result  # Database's cache
+    # Layer 1 is Database's, whatever the engine.
+    refused = toy.try_execute("DELETE FROM pets")
+    assert isinstance(refused, ExecutionError) and refused.kind == "not_read_only"
+    runaway = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c"
+    start = time.monotonic()
+    late = toy.try_execute(runaway, timeout_s=0.5, max_rows=None, max_bytes=None)
+    assert isinstance(late, ExecutionError) and late.kind == "timeout"
+    assert time.monotonic() - start < 0.5 + GRACE_S
+
+
+def test_a_registered_engine_feeds_schemas_and_views(toy: Database) -> None:
+    schema = introspect(toy)
+    assert schema.table_names == ["pets"] and schema.tables[0].primary_key == ["pet_id"]
+    assert schema.tables[0].sample_rows[:1] == [(1, "Rex")]
+    assert 'CREATE TABLE "pets"' in native_ddl(toy) or "CREATE TABLE pets" in native_ddl(toy)
+    view = toy.scoped(TableScope.of(["pets"]))
+    assert view.visible_tables == {"pets"} and view.backend is toy.backend
+    assert view.scoped(None).visible_tables is None
+
+
+def test_an_unknown_scheme_is_a_connection_error() -> None:
+    with pytest.raises(ExecutionError) as caught:
+        Database.open("nosuchengine://x")
+    assert caught.value.kind == "connection" and "nosuchengine" in caught.value.message
+
+
+def _ends_in_time(db: Database, sql: str) -> tuple[float, object]:
+    """Seconds the query took with no row or byte cap, and what it gave (result or error)."""
+    start = time.monotonic()
+    outcome = db.try_execute(
+        sql, timeout_s=TIMEOUT_S, max_rows=None, max_bytes=None, use_cache=False
+    )
+    return time.monotonic() - start, outcome
+
+
+def _timed_out_or_truncated(outcome: object) -> bool:
+    if isinstance(outcome, ExecutionError):
+        return outcome.kind == "timeout"
+    return bool(getattr(outcome, "truncated", False))
+
+
+def test_sqlite_fetch_of_endless_rows_ends_by_the_deadline(demo_concert_db: Path) -> None:
+    with Database.open(demo_concert_db) as db:
+        sql = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x, x FROM c"
+        seconds, outcome = _ends_in_time(db, sql)
+    assert _timed_out_or_truncated(outcome), outcome
+    assert seconds < TIMEOUT_S + GRACE_S
+
+
+def test_duckdb_fetch_of_many_rows_ends_by_the_deadline(tmp_path: Path) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    pytest.importorskip("duckdb_engine")
+    path = tmp_path / "t.duckdb"
+    conn = duckdb.connect(str(path))
+    conn.execute("CREATE TABLE t AS SELECT 1 AS x")
+    conn.close()
+    with Database.open(f"duckdb:///{path}") as db:
+        # DuckDB streams the rows: the query starts at once, the time goes to fetching them.
+        seconds, outcome = _ends_in_time(db, "SELECT range, range::VARCHAR FROM range(200000000)")
+    assert _timed_out_or_truncated(outcome), outcome
+    assert seconds < TIMEOUT_S + GRACE_S
+
+
+@pytest.mark.postgres
+def test_postgres_fetch_of_five_million_rows_ends_by_the_deadline() -> None:
+    url = os.environ.get("SQLWEAVE_PG_URL")
+    if not url:
+        pytest.skip('SQLWEAVE_PG_URL is not set (run: eval "$(.ci/postgres.sh)")')
+    with Database.open(url) as db:
+        seconds, outcome = _ends_in_time(db, "SELECT g, g::text FROM generate_series(1, 5000000) g")
+    assert _timed_out_or_truncated(outcome), outcome
+    assert seconds < TIMEOUT_S + GRACE_S
