@@ -427,12 +427,10 @@ class RankSelector(VoteSelector):
         candidates: Sequence[str],
         db: Database | str | Path,
         question: str = "",
-        evidence: str = "",
-        db_schema: str | None = None,
         weights: Sequence[float] | None = None,
         **_: Any,
     ) -> dspy.Prediction:
-        voted = super().forward(candidates, db, question, evidence, db_schema, weights)
+        voted = super().forward(candidates, db, weights)
         result: VoteResult = voted.vote
         best = rank(
             question,

@@ -456,11 +456,11 @@ class VoteSelector(dspy.Module):
         self,
         candidates: Sequence[str],
         db: Database | str | Path,
-        question: str = "",
-        evidence: str = "",
-        db_schema: str | None = None,
         weights: Sequence[float] | None = None,
+        **_: Any,
     ) -> dspy.Prediction:
+        """The vote (the selector protocol, :class:`~sqlweave.programs.roles.Selector`; the
+        question, evidence and schema are accepted and not read)."""
         # A settling sampler's candidates bring the outcomes its tally had: run only the rest.
         known = candidates.outcomes if isinstance(candidates, Candidates) else None
         result = vote(
@@ -488,15 +488,13 @@ class AcrossSelector(VoteSelector):
         self,
         candidates: Sequence[str],
         db: Database | str | Path,
-        question: str = "",
-        evidence: str = "",
-        db_schema: str | None = None,
         weights: Sequence[float] | None = None,
         sources: Sequence[str] | None = None,
+        **_: Any,
     ) -> dspy.Prediction:
         if sources is not None and len(sources) != len(candidates):
             raise ValueError(f"{len(sources)} sources for {len(candidates)} candidates")
-        voted = super().forward(candidates, db, question, evidence, db_schema, weights)
+        voted = super().forward(candidates, db, weights)
         result: VoteResult = voted.vote
         if sources is None or not result.groups:
             return voted
