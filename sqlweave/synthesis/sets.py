@@ -11,8 +11,9 @@ password redacted.
 ``val_fraction``, a fifth by default; at least one when a database has two pairs or more, none
 when it has one, and always one left to train), so every database has demos and validation
 questions alike: the compile is for these databases, not for unseen ones, unlike
-:func:`sqlweave.compile_plan.default_validation`, which holds whole databases out. Validation keeps at
-most ``n_val`` pairs, taken in turn from each database; the pairs beyond go back to train.
+:func:`sqlweave.compile_plan.default_validation`, which holds whole databases out. Validation
+keeps at most ``n_val`` pairs, taken in turn from each database; the pairs beyond go back to
+train.
 
 **Which share.** A compile that tunes demos needs the pairs to train on; a switch search needs
 none, only enough validation to tell configurations apart (a fifth of 10 pairs is 2 questions
