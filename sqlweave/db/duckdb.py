@@ -66,10 +66,8 @@ class DuckDBEngine(Engine):
     def run(
         self, sql: str, deadline: float, max_rows: int | None, max_bytes: int | None
     ) -> Fetched:
-        assert self.sa_engine is not None
         try:
-            with self.sa_engine.connect() as conn:
-                raw = conn.connection.dbapi_connection
+            with self.raw_connection() as raw:
                 token = WATCHDOG.arm(deadline, raw.interrupt)
                 try:
                     _ensure_one_select(raw, sql)
@@ -101,9 +99,8 @@ class DuckDBEngine(Engine):
     def reflect(self) -> list[RawTable]:
         """DuckDB through its own catalog functions: duckdb_engine's inspector queries pg_catalog
         tables that current DuckDB releases no longer emulate."""
-        assert self.sa_engine is not None
-        with self.sa_engine.connect() as conn:
-            cursor = conn.connection.dbapi_connection.cursor()
+        with self.raw_connection() as raw:
+            cursor = raw.cursor()
             scope = "table_schema = current_schema() AND table_catalog = current_database()"
             cursor.execute(
                 "SELECT table_name FROM information_schema.tables "

@@ -21,7 +21,9 @@ ENGINES.register("mine", MyEngine)
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +84,15 @@ class Engine(ABC):
         if self.sa_engine is None:
             raise NotImplementedError(f"{type(self).__name__} has no catalog to reflect")
         return reflect_sqlalchemy(self.sa_engine)
+
+    @contextlib.contextmanager
+    def raw_connection(self) -> Iterator[Any]:
+        """The driver's own connection (DB-API), checked out of ``sa_engine``'s pool for one
+        query: engines reach past SQLAlchemy for cursors, cancels and interrupts."""
+        if self.sa_engine is None:
+            raise NotImplementedError(f"{type(self).__name__} has no SQLAlchemy engine")
+        with self.sa_engine.connect() as conn:
+            yield conn.connection.dbapi_connection
 
     @property
     def open_connections(self) -> int:

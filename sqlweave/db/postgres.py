@@ -216,10 +216,8 @@ class PostgresEngine(Engine):
     def run(
         self, sql: str, deadline: float, max_rows: int | None, max_bytes: int | None
     ) -> Fetched:
-        assert self.sa_engine is not None
         try:
-            with self.sa_engine.connect() as conn:
-                raw = conn.connection.dbapi_connection
+            with self.raw_connection() as raw:
                 raw.rollback()
                 _pg_refuse_functions(sql, self._refused_functions(raw))
                 raw.autocommit = False
