@@ -37,6 +37,7 @@ from sqlweave.compile_plan import (
     DEFAULT_N_VAL,
     HELD_OUT_SLICE,
     CompilePlan,
+    Named,
     _refit_confidence,
     default_validation,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "DEFAULT_N_VAL",
     "HELD_OUT_SLICE",
     "CompiledProgram",
+    "Named",
     "Result",
     "_as_program",
     "_given",
@@ -72,8 +74,8 @@ __all__ = [
 
 def compile(  # noqa: A001 - the verb users look for; shadows the builtin only in this module
     program: SQLProgram | CompiledProgram | str | None = None,
-    trainset: Sequence[dspy.Example | dict[str, Any]] | None = None,
-    valset: Sequence[dspy.Example | dict[str, Any]] | None = None,
+    trainset: Sequence[dspy.Example | dict[str, Any]] | Named | None = None,
+    valset: Sequence[dspy.Example | dict[str, Any]] | Named | None = None,
     *,
     preset: str | None = None,
     db: Database | str | Path | Sequence[Database | str | Path] | None = None,
@@ -103,8 +105,10 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     The policy is the compile plan's (:mod:`sqlweave.compile_plan`), the one ``sqlweave
     compile`` runs too. ``trainset`` and ``valset`` hold ``dspy.Example`` objects, dicts or
     :func:`sqlweave.Example` items (``question``, ``sql``, ``db``), checked before any optimizer
-    runs (one :class:`~sqlweave.data.DataError` names every missing field); ``n_train`` draws
-    that many train questions (seeded; default: all). ``valset=None`` applies
+    runs (one :class:`~sqlweave.data.DataError` names every missing field), or a
+    :class:`~sqlweave.compile_plan.Named` source as the command line's ``--train``/``--val``
+    (``Named("spider")``, ``Named("spider-train-val")``); ``n_train`` draws that many train
+    questions (seeded; default: all of a list, 24 of a named source). ``valset=None`` applies
     :func:`default_validation`: ``n_val`` questions from databases the demos never see; a
     valset you give that overlaps train is a warning. ``optimizer`` is a registered name or a
     sequence such as ``"search+bootstrap"``; ``options`` go to the optimizers that take them
@@ -112,16 +116,14 @@ def compile(  # noqa: A001 - the verb users look for; shadows the builtin only i
     optimizer's LM calls across resumes of a ``checkpoint`` (a file that lets an interrupted
     compile resume without repeating finished LM work; :mod:`sqlweave.optimizers.compile`).
 
-    **No labelled questions?** Give ``db`` (a SQLite path, a SQLAlchemy URL or an open
-    Database, or a list of them) and ``synthesize=N`` instead of ``trainset``: N pairs are
-    synthesized for each database with the configured LM
-    (:func:`sqlweave.synthesis.sets.synthetic_sets`), written to ``synthetic_out`` (default: a
-    file per database in ``~/.cache/sqlweave/synthetic``; a rerun resumes it), split by a seeded
-    shuffle into train and validation (``synthetic_val_fraction`` of each database's pairs, at
-    most ``n_val``; with a ``valset`` every pair trains). Left as None, ``synthesis_check`` (the
-    round trip), the fraction and ``n_val`` follow the optimizer
-    (:func:`sqlweave.synthesis.sets.synthesis_defaults`: a switch search alone gets unfiltered
-    pairs, 90 % validating, all of them). The artefact records the set in
+    **No labelled questions?** Give ``db`` (a path, URL or open Database, or a list of them)
+    and ``synthesize=N`` instead of ``trainset``: N pairs are synthesized for each database with
+    the configured LM (:func:`sqlweave.synthesis.sets.synthetic_sets`) into ``synthetic_out``
+    (default: a file per database in ``~/.cache/sqlweave/synthetic``; a rerun resumes it), split
+    by a seeded shuffle (``synthetic_val_fraction`` of each database's pairs validate, at most
+    ``n_val``; with a ``valset`` every pair trains). Left as None, ``synthesis_check`` (the round
+    trip), the fraction and ``n_val`` follow the optimizer
+    (:func:`sqlweave.synthesis.sets.synthesis_defaults`). The artefact records the set in
     ``meta.extra["synthetic"]``. ``trainset`` and ``synthesize`` do not combine (``ValueError``):
     synthesize to a file with :func:`sqlweave.synthesize` and pass both lists as ``trainset``.
     """
