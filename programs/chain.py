@@ -23,6 +23,8 @@ from typing import Any, ClassVar
 
 import dspy
 
+from sqlweave.programs.roles import Corrector
+
 #: What joins corrector names into a chain (``rules+intersect``).
 SEPARATOR = "+"
 
@@ -58,7 +60,9 @@ class Chain(dspy.Module):
         specs = list(steps if steps is not None else self.STEPS)
         if len(specs) < 2:
             raise ValueError("a corrector chain needs at least two correctors")
-        self.steps = [stages.build("corrector", s, settings=settings) for s in specs]
+        self.steps: list[Corrector] = [
+            stages.build("corrector", s, settings=settings) for s in specs
+        ]
         names = [stages.name_of("corrector", s) for s in specs]
         #: The spec that rebuilds it (None when a step is an unregistered instance).
         self.spec = None if None in names else SEPARATOR.join(names)  # type: ignore[arg-type]

@@ -488,19 +488,19 @@ def _missing(name: str, err: Exception) -> ImportError:
     )
 
 
-#: name -> ``module:Class`` (imported on first use, so ``graph`` needs the GNN stack only when
-#: asked for) or a class given to ``RETRIEVERS.register``: the one :class:`Registry` of
-#: programs, stages and optimizers. A retriever takes the pool and options (module docstring)
-#: and follows :class:`DemoRetriever`.
+#: name -> retriever class, in the one :class:`Registry` of programs, stages and optimizers
+#: (``graph`` as ``module:Class``, imported on first use, so it needs the GNN stack only when
+#: asked for; a user's class is added with ``RETRIEVERS.register``). A retriever takes the pool
+#: and options (module docstring) and follows :class:`DemoRetriever`.
 RETRIEVERS = Registry(
     "retriever",
     {
-        "random": "sqlweave.programs.retrieval:RandomRetriever",
-        "question": "sqlweave.programs.retrieval:QuestionRetriever",
-        "masked_question": "sqlweave.programs.retrieval:MaskedQuestionRetriever",
-        "jaccard": "sqlweave.programs.retrieval:JaccardRetriever",
-        "skeleton": "sqlweave.programs.retrieval:SkeletonRetriever",
-        "pqgram": "sqlweave.programs.retrieval:PQGramRetriever",
+        "random": RandomRetriever,
+        "question": QuestionRetriever,
+        "masked_question": MaskedQuestionRetriever,
+        "jaccard": JaccardRetriever,
+        "skeleton": SkeletonRetriever,
+        "pqgram": PQGramRetriever,
         "graph": "sqlweave.gnn.retriever:GraphRetriever",
     },
     unknown=_unknown,

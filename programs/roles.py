@@ -19,13 +19,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 
 import dspy
 
 if TYPE_CHECKING:
     from sqlweave.db import Database
     from sqlweave.schema import Schema
+
+
+class Ask(TypedDict, total=False):
+    """What every stage may be told about the question besides its own inputs: the question,
+    its evidence (BIRD's hint) and the schema text the generator was shown."""
+
+    question: str
+    evidence: str
+    db_schema: str | None
 
 
 class Linker(Protocol):
@@ -65,11 +74,9 @@ class Selector(Protocol):
         *,
         candidates: Sequence[str],
         db: Database | str | Path,
-        question: str = "",
-        evidence: str = "",
-        db_schema: str | None = None,
         weights: Sequence[float] | None = None,
         sources: Sequence[str] | None = None,
+        **ask: Unpack[Ask],
     ) -> dspy.Prediction: ...
 
 
@@ -82,13 +89,7 @@ class Corrector(Protocol):
     """
 
     def __call__(
-        self,
-        *,
-        sql: str,
-        db: Database | str | Path,
-        question: str = "",
-        evidence: str = "",
-        db_schema: str | None = None,
+        self, *, sql: str, db: Database | str | Path, **ask: Unpack[Ask]
     ) -> dspy.Prediction: ...
 
 
@@ -103,4 +104,4 @@ class Generator(Protocol):
     def generate(self, **inputs: Any) -> dspy.Prediction: ...
 
 
-__all__ = ["Corrector", "Generator", "Linker", "Selector"]
+__all__ = ["Ask", "Corrector", "Generator", "Linker", "Selector"]
