@@ -295,11 +295,11 @@ class SQLiteEngine(Engine):
         # reaches queries whose instructions are too few or too long for the handler.
         conn.set_progress_handler(lambda: int(time.monotonic() > deadline), SQLITE_PROGRESS_STEPS)
         token = WATCHDOG.arm(deadline, conn.interrupt)
+        cursor = None
         try:
             cursor = conn.execute(sql)
             columns = tuple(d[0] for d in cursor.description or ())
             rows, truncated = fetch(cursor, max_rows, max_bytes, deadline)
-            cursor.close()
         except sqlite3.Error as err:
             if self._pool.closed_since(generation):
                 raise ExecutionError(
@@ -308,6 +308,10 @@ class SQLiteEngine(Engine):
             text = str(err)
             raise ExecutionError(classify_error(text), text, sql) from err
         finally:
+            # Closed whatever happened: a statement left active (a fetch stopped by its deadline)
+            # would keep a late interrupt() armed for the connection's next query.
+            if cursor is not None:
+                cursor.close()
             WATCHDOG.disarm(token)
             conn.set_progress_handler(None, 0)
             if conn.in_transaction:
