@@ -4,8 +4,8 @@ what ``rules`` returned.
 A combination of correctors is a chain of registered ones, not a class of its own: any corrector
 the registry names (a user's included) can follow any other, and the search can try a chain like
 any other corrector name. A name registered for a combination (``rules_intersect``) is a
-:class:`Chain` subclass that only declares its ``steps``, so recorded runs, presets and
-artefacts that name it build the very chain its ``+`` spelling builds.
+:class:`Chain` subclass built from its ``+`` spelling, so recorded runs, presets and artefacts
+that name it build the very chain ``rules+intersect`` builds.
 
 What a chain returns, following the corrector protocol (:class:`~sqlweave.programs.roles.Corrector`):
 
@@ -18,12 +18,12 @@ A chain does nothing (``is_noop``) when every step does nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any
 
 import dspy
 
-from sqlweave.programs.roles import Corrector
+from sqlweave.programs.roles import Corrector, declares
 
 #: What joins corrector names into a chain (``rules+intersect``).
 SEPARATOR = "+"
@@ -40,38 +40,23 @@ def chain_names(spec: str) -> list[str]:
 class Chain(dspy.Module):
     """Correctors called one after the other, each on the SQL the one before returned.
 
-    ``steps``: corrector names (or modules); a subclass may declare them as the class attribute
-    :attr:`STEPS` instead. ``settings``: per name, the options only that corrector takes (as for
-    :func:`sqlweave.programs.stages.build`).
+    ``steps``: the correctors, built (:func:`sqlweave.programs.stages.build` builds a chain from
+    its spec, ``corrector="rules+intersect"``, and a registered combination builds its own);
+    ``spec``: the ``a+b`` names that rebuild it (None when a step is an unregistered instance,
+    which artefacts cannot save).
     """
 
-    #: The steps a named combination declares (a subclass registered under its own name).
-    STEPS: ClassVar[tuple[str, ...]] = ()
-
-    def __init__(
-        self,
-        steps: Sequence[str | dspy.Module] | None = None,
-        *,
-        settings: Mapping[str, Mapping[str, Any]] | None = None,
-    ) -> None:
-        from sqlweave.programs import stages
-
+    def __init__(self, steps: Sequence[Corrector], *, spec: str | None = None) -> None:
         super().__init__()
-        specs = list(steps if steps is not None else self.STEPS)
-        if len(specs) < 2:
+        if len(steps) < 2:
             raise ValueError("a corrector chain needs at least two correctors")
-        self.steps: list[Corrector] = [
-            stages.build("corrector", s, settings=settings) for s in specs
-        ]
-        names = [stages.name_of("corrector", s) for s in specs]
-        #: The spec that rebuilds it (None when a step is an unregistered instance).
-        self.spec = None if None in names else SEPARATOR.join(names)  # type: ignore[arg-type]
+        self.steps = list(steps)
+        #: The spec that rebuilds it (:func:`sqlweave.programs.stages.name_of` reads it).
+        self.spec = spec
 
     @property
     def is_noop(self) -> bool:
         """The stage capability: a chain of do-nothing correctors does nothing."""
-        from sqlweave.programs.stages import declares
-
         return all(declares(step, "is_noop") for step in self.steps)
 
     def forward(self, sql: str, **ask: Any) -> dspy.Prediction:

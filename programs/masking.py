@@ -5,7 +5,7 @@
 (:class:`~sqlweave.programs.retrieval.MaskedQuestionRetriever`) finds questions of the same
 shape on other databases rather than other questions about singers. The masking is text work
 with no model: :func:`mask_question` against the phrases :func:`schema_phrases` makes of a
-database's names, read once per database file (:func:`_schema_names_of`).
+database's names, read once per database file (:func:`database_phrases`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import re
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from sqlweave.caches import CACHE
 
@@ -101,19 +100,19 @@ def mask_question(question: str, phrases: Iterable[tuple[str, ...]]) -> str:
     return " ".join(collapsed)
 
 
-def _schema_names_of(example: Any) -> frozenset[tuple[str, ...]]:
-    """Maskable phrases of the example's database, cached per database file."""
+def database_phrases(target: str | None, label: str | None = None) -> frozenset[tuple[str, ...]]:
+    """Maskable phrases of the database ``target`` names (a file or a dataset's database id),
+    cached per database file; none, with a warning naming ``label``, when there is no such
+    database."""
     from sqlweave.data import DataError, database_path, open_database
-    from sqlweave.programs.retrieval import _get
     from sqlweave.schema import introspect
 
-    target = _get(example, "db_path") or _get(example, "db_id")
     try:
         if not target:
             raise DataError(None, "the example has neither db_path nor db_id")
         path = str(Path(database_path(str(target))).resolve())
     except DataError as err:
-        logger.warning("no database for %s, masking values only: %s", _get(example, "db_id"), err)
+        logger.warning("no database for %s, masking values only: %s", label, err)
         return frozenset()
     with _SCHEMA_LOCK:
         hit = _SCHEMA_NAMES.get(path)
@@ -130,4 +129,4 @@ def _schema_names_of(example: Any) -> frozenset[tuple[str, ...]]:
 # Part of sqlweave.caches.CACHE.clear().
 CACHE.register(_SCHEMA_NAMES.clear)
 
-__all__ = ["MASK", "UNK", "mask_question", "name_phrase", "schema_phrases"]
+__all__ = ["MASK", "UNK", "database_phrases", "mask_question", "name_phrase", "schema_phrases"]

@@ -58,7 +58,7 @@ import numpy as np
 
 from sqlweave.programs.masking import MASK as MASK  # re-exported
 from sqlweave.programs.masking import UNK as UNK
-from sqlweave.programs.masking import _schema_names_of as _schema_names_of
+from sqlweave.programs.masking import database_phrases
 from sqlweave.programs.masking import mask_question as mask_question
 from sqlweave.programs.masking import name_phrase as name_phrase
 from sqlweave.programs.masking import schema_phrases as schema_phrases
@@ -296,6 +296,12 @@ class QuestionRetriever(_EmbeddingRetriever):
 
 
 # --- masked questions (PET-SQL: the masking is sqlweave.programs.masking) ----------------------
+
+
+def _schema_names_of(example: Any) -> frozenset[tuple[str, ...]]:
+    """Maskable phrases of the example's database (:func:`database_phrases`)."""
+    target = _get(example, "db_path") or _get(example, "db_id")
+    return database_phrases(target, _get(example, "db_id"))
 
 
 class MaskedQuestionRetriever(_EmbeddingRetriever):

@@ -1,4 +1,4 @@
-"""Each stage role's call, as a :class:`typing.Protocol`: what a program may pass and read.
+"""Each stage role's call, as a :class:`typing.Protocol`, and what a stage may declare.
 
 A role is a set of keyword arguments in and a ``dspy.Prediction`` out (the table in
 :mod:`sqlweave.programs.stages`). Writing it once here is the specification every implementation
@@ -8,8 +8,8 @@ program can call any stage of a role the same way.
 
 What a role's *optional* keywords need is declared, not sniffed: a selector that reads
 ``weights`` declares ``takes_weights``, one that reads ``sources`` declares ``takes_sources``
-(:data:`sqlweave.programs.stages.CAPABILITIES`); a program passes them only to a selector that
-declares them, so one that does not is never handed an argument it would reject.
+(:data:`CAPABILITIES`, read with :func:`declares`); a program passes them only to a selector
+that declares them, so one that does not is never handed an argument it would reject.
 
 These are structural types for annotations and type checkers: nothing is checked at run time,
 so a user's stage needs no base class, only the call.
@@ -104,4 +104,45 @@ class Generator(Protocol):
     def generate(self, **inputs: Any) -> dspy.Prediction: ...
 
 
-__all__ = ["Ask", "Corrector", "Generator", "Linker", "Selector"]
+# --- what a stage may declare --------------------------------------------------------------------
+
+#: What a stage may declare about itself, as a class attribute or property, with the value a stage
+#: that declares nothing has. Programs branch on these, never on a stage's class or registry name,
+#: so a user's own stage that declares them is treated like the built-in one.
+CAPABILITIES: dict[str, bool] = {
+    # It does nothing (the ``none`` linker and corrector): programs skip it and record nothing.
+    "is_noop": False,
+    # A selector that keeps the first candidate without looking at the others (``first``).
+    "picks_first": False,
+    # A selector whose answer is the unweighted execution vote's (``vote``): candidates sampled
+    # only for it may stop once the vote is settled (voting.settle_for). One that needs every
+    # candidate (an LM judge, ``across``, ``ranked``, ``grounded``) leaves this False.
+    "settles_early": False,
+    # A selector that reads ``weights=`` (one per candidate); others are not given them.
+    "takes_weights": False,
+    # A selector that reads ``sources=`` (each candidate's generator, ``across``).
+    "takes_sources": False,
+    # A linker that can link before any draft exists: its ``forward_linker`` (the linker itself
+    # when it has no such part) is called without one, and its result passed back to the linker
+    # as ``forward_linked``.
+    "links_forward": False,
+    # A linker that reads the draft SQL (``sql=``); every linker is given one by the protocol.
+    "links_backward": True,
+    # A generator a Sampler calls with ``db=`` (a whole program, SQLProgram); a predictor is
+    # called with its prompt's inputs only.
+    "takes_db": False,
+}
+
+
+def declares(stage: Any, capability: str) -> bool:
+    """Whether ``stage`` (an instance or a class) declares ``capability`` (:data:`CAPABILITIES`)."""
+    try:
+        default = CAPABILITIES[capability]
+    except KeyError:
+        raise ValueError(
+            f"unknown stage capability {capability!r}; choose one of {', '.join(CAPABILITIES)}"
+        ) from None
+    return bool(getattr(stage, capability, default))
+
+
+__all__ = ["CAPABILITIES", "Ask", "Corrector", "Generator", "Linker", "Selector", "declares"]

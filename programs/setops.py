@@ -27,9 +27,13 @@ import dspy
 from sqlglot import exp
 
 from sqlweave.db import Database, ExecutionError
+from sqlweave.programs import stages
 from sqlweave.programs.base import resolve_database
 from sqlweave.programs.chain import Chain
 from sqlweave.sqlstruct import parse
+
+#: The chain the ``rules_intersect`` name builds (:class:`IntersectCorrector`).
+STEPS = "rules+intersect"
 
 #: The question's cue, as a whole word.
 BOTH = re.compile(r"\bboth\b", re.IGNORECASE)
@@ -150,10 +154,9 @@ class IntersectCorrector(Chain):
     """The ``rules_intersect`` corrector: the chain ``rules+intersect`` under its recorded name
     (MageSQL's rules, then :func:`checked_rewrite`). No LM call."""
 
-    STEPS = ("rules", "intersect")
-
     def __init__(self, timeout_s: float = 10.0) -> None:
-        super().__init__(settings={"intersect": {"timeout_s": timeout_s}})
+        settings = {"intersect": {"timeout_s": timeout_s}}
+        super().__init__(stages.chain_steps(STEPS, settings=settings), spec=STEPS)
         self.timeout_s = timeout_s
 
 

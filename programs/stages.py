@@ -81,6 +81,7 @@ from typing import Any
 import dspy
 
 from sqlweave.programs.chain import SEPARATOR, Chain, chain_names
+from sqlweave.programs.roles import CAPABILITIES, declares
 from sqlweave.registry import Registry
 
 #: role -> name -> ``module:Class`` (imported on first use, so the registry costs nothing).
@@ -144,44 +145,6 @@ LABELS = (
     "selector",  # a selector chose among candidates
     "corrector",  # a corrector checked (and perhaps changed) the SQL
 )
-
-#: What a stage may declare about itself, as a class attribute or property, with the value a stage
-#: that declares nothing has. Programs branch on these, never on a stage's class or registry name,
-#: so a user's own stage that declares them is treated like the built-in one.
-CAPABILITIES: dict[str, bool] = {
-    # It does nothing (the ``none`` linker and corrector): programs skip it and record nothing.
-    "is_noop": False,
-    # A selector that keeps the first candidate without looking at the others (``first``).
-    "picks_first": False,
-    # A selector whose answer is the unweighted execution vote's (``vote``): candidates sampled
-    # only for it may stop once the vote is settled (voting.settle_for). One that needs every
-    # candidate (an LM judge, ``across``, ``ranked``, ``grounded``) leaves this False.
-    "settles_early": False,
-    # A selector that reads ``weights=`` (one per candidate); others are not given them.
-    "takes_weights": False,
-    # A selector that reads ``sources=`` (each candidate's generator, ``across``).
-    "takes_sources": False,
-    # A linker that can link before any draft exists: its ``forward_linker`` (the linker itself
-    # when it has no such part) is called without one, and its result passed back to the linker
-    # as ``forward_linked``.
-    "links_forward": False,
-    # A linker that reads the draft SQL (``sql=``); every linker is given one by the protocol.
-    "links_backward": True,
-    # A generator a Sampler calls with ``db=`` (a whole program, SQLProgram); a predictor is
-    # called with its prompt's inputs only.
-    "takes_db": False,
-}
-
-
-def declares(stage: Any, capability: str) -> bool:
-    """Whether ``stage`` (an instance or a class) declares ``capability`` (:data:`CAPABILITIES`)."""
-    try:
-        default = CAPABILITIES[capability]
-    except KeyError:
-        raise ValueError(
-            f"unknown stage capability {capability!r}; choose one of {', '.join(CAPABILITIES)}"
-        ) from None
-    return bool(getattr(stage, capability, default))
 
 
 class Ran:
@@ -271,8 +234,16 @@ def build(
     if not isinstance(spec, str):
         raise TypeError(f"{role} must be a registry name or a dspy.Module, got {spec!r}")
     if role == "corrector" and SEPARATOR in spec:
-        return Chain(chain_names(spec), settings=settings)
+        return Chain(chain_steps(spec, settings=settings), spec=spec)
     return stage_class(role, spec)(**options, **(settings or {}).get(spec, {}))
+
+
+def chain_steps(
+    spec: str | Iterable[str], *, settings: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[dspy.Module]:
+    """The correctors a chain spec names (``"rules+intersect"`` or its names), each built."""
+    names = chain_names(spec) if isinstance(spec, str) else list(spec)
+    return [build("corrector", name, settings=settings) for name in names]
 
 
 def name_of(role: str, spec: str | dspy.Module) -> str | None:
@@ -422,6 +393,7 @@ __all__ = [
     "Ran",
     "available",
     "build",
+    "chain_steps",
     "check_samples",
     "declares",
     "is_none",
