@@ -9,8 +9,9 @@ score wins, the earliest one on a tie. The first trial is the student's own conf
 the search never returns a configuration that scored below it.
 
 **Space.** ``space`` maps a switch to its choices (``{"num_demos": [0, 2, 4]}``); by default the
-program's entry in :data:`DEFAULT_SPACES`. Every choice is checked by building the program with
-it before any LM call. Switches outside the space keep the student's values.
+``SEARCH_SPACE`` the program's class declares beside its switches (all of them:
+:data:`DEFAULT_SPACES`), so a new program brings its own. Every choice is checked by building the
+program with it before any LM call. Switches outside the space keep the student's values.
 
 **Sampler.** ``grid`` tries every configuration (the student's first, then the others in a
 seeded order); ``tpe`` is Optuna's TPE sampler; ``random`` Optuna's random sampler; ``auto``
