@@ -53,6 +53,16 @@ def _parse_switches(items: list[str]) -> dict[str, Any]:
     return parse_switches(items)
 
 
+def _program_class(name: str) -> type | None:
+    """The registered class of program ``name``, or ``None`` when none is registered."""
+    from sqlweave.programs import program_class
+
+    try:
+        return program_class(name)
+    except (KeyError, ValueError):
+        return None
+
+
 def table() -> str:
     """Markdown tables of this folder's summaries (``sqlweave.runs.table``)."""
     return runs_table(RESULTS)
@@ -84,7 +94,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     prog = artifact[0] if artifact is not None else programs.get(args.program, **switches)
     started = time.perf_counter()
     identity = run_identity(args.program, dict(prog.switches), args.slice, args.model)
-    identity = resumable_identity(identity, jsonl)
+    identity = resumable_identity(identity, jsonl, _program_class(args.program))
     before = jsonl.read_bytes() if jsonl.is_file() else None
     evaluate(prog, examples, out_path=jsonl, resume=True, num_threads=1, identity=identity)
     wall = time.perf_counter() - started

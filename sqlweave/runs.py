@@ -51,15 +51,8 @@ def run_identity(program: str, switches: dict[str, Any], slice_name: str, model:
     return {"program": program, "switches": switches, "slice": slice_name, "model": model}
 
 
-def _added_at_default(identity: dict[str, Any], recorded: dict[str, Any]) -> list[str]:
-    """The switches of ``identity`` that ``recorded`` lacks and that sit at their default, or
-    ``[]`` when the program is unknown."""
-    from sqlweave.programs import program_class
-
-    try:
-        cls = program_class(identity["program"])
-    except (KeyError, ValueError):
-        return []
+def _added_at_default(identity: dict[str, Any], recorded: dict[str, Any], cls: type) -> list[str]:
+    """The switches of ``identity`` that ``recorded`` lacks and that sit at ``cls``'s default."""
     params = signature(cls.__init__).parameters
     legacy = getattr(cls, "LEGACY_SWITCHES", {})
     return [
@@ -73,18 +66,22 @@ def _added_at_default(identity: dict[str, Any], recorded: dict[str, Any]) -> lis
     ]
 
 
-def resumable_identity(identity: dict[str, Any], jsonl: Path) -> dict[str, Any]:
+def resumable_identity(
+    identity: dict[str, Any], jsonl: Path, program_cls: type | None
+) -> dict[str, Any]:
     """``identity``, less the switches added to the program since ``jsonl``'s run was recorded
     and left at their default, when that is all that tells the two apart: a new switch's
     default keeps the old behaviour (a program names in ``LEGACY_SWITCHES`` the ones whose
     default does not), so resuming or re-reading that run is resuming the same run. Any other
-    difference is left for ``evaluate`` to refuse."""
+    difference is left for ``evaluate`` to refuse. ``program_cls``: the run's program class
+    (the caller looks it up, so this core module knows nothing of the programs), ``None`` when
+    the program is unknown."""
     from sqlweave.evaluate import read_run_identity
 
     recorded = read_run_identity(jsonl) if jsonl.is_file() else None
-    if not recorded or not isinstance(recorded.get("switches"), dict):
+    if program_cls is None or not recorded or not isinstance(recorded.get("switches"), dict):
         return identity
-    added = _added_at_default(identity, recorded)
+    added = _added_at_default(identity, recorded, program_cls)
     if not added:
         return identity
     switches = identity["switches"]

@@ -135,14 +135,14 @@ def test_a_run_recorded_before_a_switch_existed_resumes_at_its_default(tmp_path)
     now = runs.run_identity("direct", dict(programs.get("direct").switches), "dev", "m")
     before = {k: v for k, v in now["switches"].items() if not k.startswith("repair")}
     _write_identity(out, {**now, "switches": before})  # written before `repair` existed
-    assert runs.resumable_identity(now, out)["switches"] == before
+    assert runs.resumable_identity(now, out, programs.program_class("direct"))["switches"] == before
     # a new switch set away from its default, or any other difference, is left to be refused
     other = runs.run_identity(
         "direct", dict(programs.get("direct", repair="joins").switches), "dev", "m"
     )
-    assert runs.resumable_identity(other, out) == other
+    assert runs.resumable_identity(other, out, programs.program_class("direct")) == other
     moved = {**now, "switches": {**now["switches"], "samples": 4}}
-    assert runs.resumable_identity(moved, out) == moved
+    assert runs.resumable_identity(moved, out, programs.program_class("direct")) == moved
 
 
 def test_a_resume_that_ran_nothing_keeps_the_provenance_of_the_run_that_did():
