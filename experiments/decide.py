@@ -6,7 +6,7 @@ scope (``all`` as recorded; ``none`` without the repaired candidates, each of wh
 that failed to run; ``fallback``: ``all`` only where no unrepaired candidate runs). For every
 question and scope this script replays, without an LM call, each selector the rule compares
 (``vote``, ``grounded``), each followed by each corrector (``rules``, ``rules_intersect``), and
-keeps each execution class's features (:func:`sqlweave.programs.reranker.class_features` plus
+keeps each execution class's features (:func:`sqlweave.programs.stages.reranker.class_features` plus
 the ``ground`` group of :func:`ground_features`) with its verdict after each corrector, so the
 fitted selector can be scored out of fold (five folds by database) afterwards.
 
@@ -36,9 +36,9 @@ from tqdm import tqdm
 
 from sqlweave.data import load_slice
 from sqlweave.evaluate import read_records
-from sqlweave.programs.grounding import GroundedSelector, ValueLookup, is_grounded
-from sqlweave.programs.reranker import class_features, score
-from sqlweave.programs.voting import ExecutionGroup, execution_groups, ranked_groups
+from sqlweave.programs.stages.grounding import GroundedSelector, ValueLookup, is_grounded
+from sqlweave.programs.stages.reranker import class_features, score
+from sqlweave.programs.stages.voting import ExecutionGroup, execution_groups, ranked_groups
 from sqlweave.stats import bootstrap_ci, paired
 
 RESULTS = Path(__file__).resolve().parent / "results" / "decisions"
@@ -54,7 +54,7 @@ def ground_features(
     sqls: Sequence[str], groups: Sequence[ExecutionGroup], lookup: ValueLookup
 ) -> list[dict[str, float]]:
     """Per class: ``ground_ok`` (its first member's string values are stored in the database,
-    :func:`~sqlweave.programs.grounding.is_grounded`) and ``ground_share`` (its share of the
+    :func:`~sqlweave.programs.stages.grounding.is_grounded`) and ``ground_share`` (its share of the
     grounded members of all classes; 0 when no member of any class is grounded)."""
     grounded = {i: is_grounded(sqls[i], lookup) for g in groups for i in g.members}
     total = sum(grounded.values())

@@ -5,7 +5,7 @@ execution class (``ensemble`` with ``early_stop=false``, so each generator was a
 question) and prints, per generator: the EX of its greedy query alone, of the execution vote over
 its own candidates, its oracle (some candidate of its own right), and the questions only it has
 a right candidate for; then the pool's oracle and the vote replayed over subsets of generators
-(:func:`sqlweave.programs.replay.generator_table`).
+(:func:`sqlweave.programs.stages.replay.generator_table`).
 
 The replay groups candidates by the class the run recorded and weighs them as the vote would
 (earliest member wins a tie); it skips the empty-result tie rule and the rules corrector, so it
@@ -15,7 +15,7 @@ is a guide for choosing on validation, not a result: a choice is confirmed by ru
 
 Several runs on the same questions (each asking some generators) give one table over all their
 generators: ``ensemble_table.py RUN_A.jsonl RUN_B.jsonl``
-(:func:`sqlweave.programs.replay.merge_runs`). Its per-generator
+(:func:`sqlweave.programs.stages.replay.merge_runs`). Its per-generator
 rows, "only it right" and pool oracle are exact; the vote replay over subsets is left out, since
 the runs' result classes cannot be compared.
 """
@@ -26,9 +26,9 @@ import argparse
 import json
 from pathlib import Path
 
-from sqlweave.programs.replay import generator_table as table
-from sqlweave.programs.replay import generator_table_markdown as markdown
-from sqlweave.programs.replay import merge_runs
+from sqlweave.programs.stages.replay import generator_table as table
+from sqlweave.programs.stages.replay import generator_table_markdown as markdown
+from sqlweave.programs.stages.replay import merge_runs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ensemble"
 

@@ -3,7 +3,7 @@
 ``rows``: replays a recorded × 8 pool as the ``accurate`` preset answers (the repair scope, the
 ``grounded`` vote, ``rules_intersect``; ``decide.py``'s replay) and as a one-call program
 answers (the greedy candidate, then the rules), and writes each answer's
-:func:`sqlweave.programs.confidence.evidence` features with its verdict against the gold query.
+:func:`sqlweave.programs.stages.confidence.evidence` features with its verdict against the gold query.
 
 ``fit``: fits the two logistic models out of fold (five folds by database, seed 0), prints
 AUROC, expected calibration error (10 bins) and accuracy at 50 / 70 / 90 % coverage, chooses
@@ -44,8 +44,8 @@ from sqlweave.confidence import (
 )
 from sqlweave.data import load_slice
 from sqlweave.evaluate import read_records
-from sqlweave.programs.confidence import evidence
-from sqlweave.programs.grounding import GroundedSelector
+from sqlweave.programs.stages.confidence import evidence
+from sqlweave.programs.stages.grounding import GroundedSelector
 
 RESULTS = Path(__file__).resolve().parent / "results" / "confidence"
 #: Precision the threshold must keep above it (issue 62).

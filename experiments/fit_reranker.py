@@ -1,13 +1,13 @@
 """Fit the ``ranked`` selector's weights on train runs, and replay it on recorded candidates.
 
 A run whose records carry every candidate (``direct`` × 8 with ``repair_scope=all``, any
-``ensemble`` run) holds all the learned selector of :mod:`sqlweave.programs.reranker` reads but
+``ensemble`` run) holds all the learned selector of :mod:`sqlweave.programs.stages.reranker` reads but
 the results: ``classes`` re-executes each candidate on its database and writes each question's
 execution classes as features with a label (the class's first member was right: the recorded
 verdict, the benchmark's semantics) to ``results/reranker/*.classes.jsonl``: the one slow step.
 
 ``fit`` fits a conditional logit (a softmax over each question's classes, L2 penalty ``--l2``;
-:func:`sqlweave.programs.reranker.fit_weights`) on class files of ``spider-train-select`` (train
+:func:`sqlweave.programs.stages.reranker.fit_weights`) on class files of ``spider-train-select`` (train
 databases outside validation) and writes the weights; ``cv`` cross-validates every set of
 feature groups (or ``--features``) × ``--l2`` × ``--max-share`` gates there (five folds by
 database) to choose them without validation;
@@ -40,10 +40,10 @@ from tqdm import tqdm
 from sqlweave.data import load_slice
 from sqlweave.db import Database
 from sqlweave.evaluate import read_records
-from sqlweave.programs.reranker import class_design as design
-from sqlweave.programs.reranker import class_features, fit_weights
-from sqlweave.programs.reranker import replay_choices as choices
-from sqlweave.programs.voting import execution_groups, origin_is_greedy, ranked_groups
+from sqlweave.programs.stages.reranker import class_design as design
+from sqlweave.programs.stages.reranker import class_features, fit_weights
+from sqlweave.programs.stages.reranker import replay_choices as choices
+from sqlweave.programs.stages.voting import execution_groups, origin_is_greedy, ranked_groups
 from sqlweave.stats import bootstrap_ci, paired
 
 RESULTS = Path(__file__).resolve().parent / "results" / "reranker"
@@ -169,7 +169,7 @@ def cross_validate(
 
 
 def fit(rows: Sequence[dict[str, Any]], l2: float, drop: Sequence[str] = ()) -> dict[str, float]:
-    """Conditional-logit weights (:func:`sqlweave.programs.reranker.fit_weights`); stops the
+    """Conditional-logit weights (:func:`sqlweave.programs.stages.reranker.fit_weights`); stops the
     script when no question has a right and a wrong class."""
     try:
         return fit_weights(rows, l2, drop)

@@ -26,7 +26,7 @@ from sqlweave.data import eval_slice, load_spider
 from sqlweave.gnn.graph import GraphBuilder
 from sqlweave.gnn.model import GNNConfig, GraphContrastiveModel
 from sqlweave.gnn.retriever import GraphRetriever, default_model_path
-from sqlweave.programs.retrieval import make_retriever
+from sqlweave.programs.stages.retrieval import make_retriever
 from sqlweave.sqlstruct import pq_gram_similarity, skeleton_similarity
 
 logger = logging.getLogger("gnn_retrieval_quality")

@@ -1,7 +1,7 @@
 """The ``grounded`` selector replayed on a run's recorded candidates, against the plain vote.
 
 For each question with recorded candidates: the execution vote's winner and the ``grounded``
-selector's (:class:`sqlweave.programs.grounding.GroundedSelector`: the vote among candidates
+selector's (:class:`sqlweave.programs.stages.grounding.GroundedSelector`: the vote among candidates
 whose ``col = 'text'`` values the database stores), each followed by the corrector the program
 runs on the winner (MageSQL's rules; with ``--intersect``, then the "both" rewrite of
 ``corrector=rules_intersect``). Both are scored with the benchmark's semantics and compared,
@@ -24,8 +24,8 @@ from tqdm import tqdm
 
 from sqlweave.data import load_slice
 from sqlweave.evaluate import read_records
-from sqlweave.programs.grounding import GroundedSelector
-from sqlweave.programs.setops import BOTH, checked_rewrite
+from sqlweave.programs.stages.grounding import GroundedSelector
+from sqlweave.programs.stages.setops import BOTH, checked_rewrite
 from sqlweave.stats import bootstrap_ci, paired
 
 

@@ -2,7 +2,7 @@
 
 A run's ``pred_sql`` is its answer after MageSQL's rules; the ``rules_intersect`` corrector
 would then split a "both" question's two-value ``IN`` list into an INTERSECT
-(:func:`sqlweave.programs.setops.both_as_intersect`), kept only if it runs and returns a row.
+(:func:`sqlweave.programs.stages.setops.both_as_intersect`), kept only if it runs and returns a row.
 This applies exactly that to every recorded answer, scores both with the benchmark's
 semantics, and prints EX before and after, paired (McNemar), with each changed question. No LM
 call, so the decision costs seconds.
@@ -21,7 +21,7 @@ from selection_replay import Judge
 
 from sqlweave.data import load_slice
 from sqlweave.evaluate import read_records
-from sqlweave.programs.setops import BOTH, checked_rewrite
+from sqlweave.programs.stages.setops import BOTH, checked_rewrite
 from sqlweave.stats import bootstrap_ci, paired
 
 

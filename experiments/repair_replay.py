@@ -3,10 +3,10 @@
 A run that records every candidate (``ensemble`` with ``early_stop=false``; ``direct`` with
 ``samples``) holds what the ``repair`` stage sees. For each question this re-executes the pool,
 gives each failing candidate the joins its stray columns need
-(:func:`sqlweave.programs.joins.complete_joins`, the ``joins`` corrector), and scores three
+(:func:`sqlweave.programs.stages.joins.complete_joins`, the ``joins`` corrector), and scores three
 scopes of the program's ``repair_scope`` with its selection (the ``across`` selector, greedy
 weight 2, then MageSQL's rules on the winner, as :mod:`selection_replay` does;
-:func:`sqlweave.programs.replay.repair_scopes`):
+:func:`sqlweave.programs.stages.replay.repair_scopes`):
 
 * ``none``: the pool as drawn;
 * ``all``: every failing candidate replaced by its repair where that runs;
@@ -24,7 +24,7 @@ import argparse
 import json
 from pathlib import Path
 
-from sqlweave.programs.replay import repair_scopes as scores
+from sqlweave.programs.stages.replay import repair_scopes as scores
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ensemble"
 

@@ -8,7 +8,7 @@ sampling). The reviewer favours a query that accounts for the whole question: a 
 condition or a wrong grouping makes the question less likely given the SQL.
 
 Step ``score`` (LM): one SQL text per result class
-(:func:`sqlweave.programs.replay.representatives`) of every question with
+(:func:`sqlweave.programs.stages.replay.representatives`) of every question with
 more than one class is scored both ways by a local model, the question's schema first in both
 prompts so the KV cache reads it once per database; one JSONL line per question, resumable.
 
@@ -33,8 +33,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from sqlweave.programs.replay import distinct_texts, representatives
-from sqlweave.programs.voting import origin_generator, origin_is_greedy
+from sqlweave.programs.stages.replay import distinct_texts, representatives
+from sqlweave.programs.stages.voting import origin_generator, origin_is_greedy
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ensemble"
 SYSTEM = "You are a SQLite expert."
@@ -66,7 +66,7 @@ def score_run(
     """Append one scored line per question of ``records`` not yet in ``out`` (step ``score``)."""
     from sqlweave.db import Database
     from sqlweave.lm.scoring import score_answer
-    from sqlweave.programs import generators
+    from sqlweave.programs.stages import generators
 
     done = set()
     if out.exists():

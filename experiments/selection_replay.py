@@ -5,7 +5,7 @@ holds everything a selector sees except the LM. This script re-executes each can
 question's database and replays, without any LM call, the selections the ``ensemble`` program can
 be switched to, each scored against the gold query with the benchmark's semantics:
 
-* ``vote``: the execution vote (:func:`sqlweave.programs.voting.vote`, its tie rules included),
+* ``vote``: the execution vote (:func:`sqlweave.programs.stages.voting.vote`, its tie rules included),
   then MageSQL's rules on the winner: what ``selector=vote corrector=rules`` does;
 * ``rules-first``: MageSQL's rules applied to *every* candidate before the vote (a candidate that
   fails on a misspelled column or a wrongly cased value joins the vote repaired);
@@ -38,8 +38,8 @@ import json
 from pathlib import Path
 
 # Judge is imported from here by decide.py, fit_confidence.py, grounded_replay.py and
-# intersect_replay.py: the replay itself lives in the library (sqlweave.programs.replay).
-from sqlweave.programs.replay import (
+# intersect_replay.py: the replay itself lives in the library (sqlweave.programs.stages.replay).
+from sqlweave.programs.stages.replay import (
     Judge,
     first_per_generator,
     judged,
@@ -49,7 +49,7 @@ from sqlweave.programs.replay import (
     strategy_key,
     strategy_of,
 )
-from sqlweave.programs.replay import replay_selections as replay
+from sqlweave.programs.stages.replay import replay_selections as replay
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ensemble"
 

@@ -20,7 +20,7 @@ from sqlweave.adapter import check_layout
 from sqlweave.db import Database
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
-from sqlweave.programs.voting import (
+from sqlweave.programs.stages.voting import (
     Candidates,
     PoolRepair,
     Sampler,
@@ -51,7 +51,7 @@ class DirectSQL(SQLProgram):
     name or instance. ``repair`` (default ``none``) is a corrector for the candidates that fail
     to run, before the selection (``joins``: the joins a column of an unjoined table needs, no
     LM call), only where none runs (``repair_scope="fallback"``) or on each (``"all"``), at
-    most ``repair_max`` distinct queries (:func:`~sqlweave.programs.voting.repair_failed`).
+    most ``repair_max`` distinct queries (:func:`~sqlweave.programs.stages.voting.repair_failed`).
 
     The defaults were chosen on validation (all 200 ``spider-train-val`` questions, the 1.5B
     model), by a rule written before the runs: a configuration replaces the default only if it

@@ -13,7 +13,7 @@ most one demo per database (diverse retrieval); demos as earlier user/assistant 
 format as the real question; the answer as a JSON object; an error-correction loop.
 
 Both are a :class:`~sqlweave.programs.base.Generator` followed by the ``execution`` corrector, v2
-with a :class:`~sqlweave.programs.demos.DemoSource` in front. The roles of
+with a :class:`~sqlweave.programs.stages.demos.DemoSource` in front. The roles of
 :mod:`sqlweave.programs.stages` are replaceable: ``linker`` (default ``none``; a link prunes the
 schema before the generation, as there is no draft yet), ``selector`` (default ``first``; another
 one chooses between the corrected query and the draft) and ``corrector`` (default ``execution``).
@@ -33,9 +33,9 @@ from sqlweave.caches import CACHE, db_key
 from sqlweave.db import Database
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram, resolve_database
-from sqlweave.programs.demos import DemoSource
-from sqlweave.programs.linking import LinkedSchema
-from sqlweave.programs.voting import Sampler
+from sqlweave.programs.stages.demos import DemoSource
+from sqlweave.programs.stages.linking import LinkedSchema
+from sqlweave.programs.stages.voting import Sampler
 from sqlweave.schema import Schema, introspect, render_columns, render_ddl_with_rows
 from sqlweave.signatures import GenerateSQL
 
@@ -73,7 +73,7 @@ def v1_schema_text(
 ) -> tuple[str, int]:
     """Dubo-SQL v1's schema block for ``db`` (only what ``linked`` keeps) and how many sample rows
     per table it shows; cached per database, settings and link. Its generator
-    (:class:`~sqlweave.programs.generators.DuboV1Generator`) and :class:`DuboV1` share it.
+    (:class:`~sqlweave.programs.stages.generators.DuboV1Generator`) and :class:`DuboV1` share it.
 
     Rows are dropped one at a time (for every table alike) until the block fits
     ``max_schema_tokens`` (0: no limit); a schema too large even without rows is shown whole,
@@ -108,7 +108,7 @@ def v2_schema_text(
 ) -> str:
     """Dubo-SQL v2's per-column lines for ``db`` (only ``tables``, or what ``linked`` keeps),
     with ``example_values`` stored values per column; cached per database, setting and subset.
-    Its generator (:class:`~sqlweave.programs.generators.DuboV2Generator`) and :class:`DuboV2`
+    Its generator (:class:`~sqlweave.programs.stages.generators.DuboV2Generator`) and :class:`DuboV2`
     share it."""
     key = (db_key(db), example_values, tables, _link_key(linked))
 
@@ -318,7 +318,7 @@ class DuboV2(_Dubo):
       demo's whole database, in the same format as the question's), ``"used"`` (only the tables its
       gold SQL reads, to keep four demo schemas within a small local model's context) or
       ``"none"``;
-    * ``pool_source`` (``"spider"``): the train pool (:func:`~sqlweave.programs.pools.default_pool`)
+    * ``pool_source`` (``"spider"``): the train pool (:func:`~sqlweave.programs.stages.pools.default_pool`)
       used when no ``pool`` is passed; ``"bird"`` falls back to Spider where no BIRD train set is
       installed;
     * ``linker``, ``selector``, ``corrector``: the stage roles (module docstring).
@@ -408,7 +408,7 @@ class DuboV2(_Dubo):
         if self.demo_schema == "none":
             return ""
         from sqlweave.db import ExecutionError
-        from sqlweave.programs.linking import tables_in_sql
+        from sqlweave.programs.stages.linking import tables_in_sql
 
         path = _field(example, "db_path")
         try:
@@ -427,7 +427,7 @@ class DuboV2(_Dubo):
     ) -> tuple[list[Any], list[dspy.Example]]:
         """``(pool examples, GenerateSQL demos)``, ``num_demos`` of each, the most similar last
         (nearest to the question: the turn the model reads just before answering)."""
-        from sqlweave.programs.retrieval import as_demos
+        from sqlweave.programs.stages.retrieval import as_demos
 
         found = list(reversed(self.demo_source.retrieve(question, db, evidence)))
         return found, as_demos(found, dialect=db.dialect, schema_text=self._demo_schema_text)

@@ -3,7 +3,7 @@
 Sampling one prompt and voting is where all of our accuracy came from, and its pool limits it:
 on unseen databases ``direct``'s eight samples hold about three distinct answers. Candidates from
 *different* prompts make different mistakes (CHASE-SQL's three generators, XiYan-SQL's ensemble),
-so this program asks each generator of :mod:`sqlweave.programs.generators` for ``samples``
+so this program asks each generator of :mod:`sqlweave.programs.stages.generators` for ``samples``
 candidates (the first greedy, the rest sampled at ``temperature``, decoded together), pools them
 and selects: by the execution vote with a weight per generator, by the LM between the two leading
 answers when the vote is close (``runoff``), or by the LM over every answer (``lm``).
@@ -20,10 +20,10 @@ from typing import Any, ClassVar
 import dspy
 
 from sqlweave.db import Database
-from sqlweave.programs import generators as generator_registry
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import SQLProgram
-from sqlweave.programs.voting import (
+from sqlweave.programs.stages import generators as generator_registry
+from sqlweave.programs.stages.voting import (
     Candidates,
     PoolRepair,
     Sampler,
@@ -102,10 +102,10 @@ class EnsembleSQL(SQLProgram):
       selection (``execution``: Dubo-SQL's and SEA-SQL's correction from the error message, one
       round, the error followed by where the schema has the missing name and the keys that
       join it) or ``joins`` (the joins a column of an unjoined table needs, no LM call:
-      :mod:`sqlweave.programs.joins`), so a query that only took a column from the wrong
+      :mod:`sqlweave.programs.stages.joins`), so a query that only took a column from the wrong
       table joins the vote instead of dropping out; ``repair_scope`` (``fallback``): only when
       no candidate runs, or ``all``: every failing one (``repair_failed`` in
-      :mod:`sqlweave.programs.voting` says why the default); ``repair_max`` (None: all): at
+      :mod:`sqlweave.programs.stages.voting` says why the default); ``repair_max`` (None: all): at
       most this many distinct failing queries are repaired per question, those most
       candidates wrote first (bound it for an LM repair). A repaired candidate's origin ends
       in ``:repaired``. On by default: a fallback repair only changes questions where every
@@ -195,7 +195,7 @@ class EnsembleSQL(SQLProgram):
     @property
     def _plain_vote(self) -> bool:
         """Whether the selection is the unweighted vote, which may stop the pool early
-        (:func:`~sqlweave.programs.voting.settle_for`: the selector declares ``settles_early``,
+        (:func:`~sqlweave.programs.stages.voting.settle_for`: the selector declares ``settles_early``,
         the weights are equal, and no repair may revive what a settled vote counted out)."""
         uniform = len(set(self.weight_of.values())) == 1 and self.greedy_weight == 1.0
         return bool(settle_for(self.selector, needs_all=not uniform or self.repair.revives))

@@ -24,8 +24,8 @@ The pipeline (MageSQL §III), one question at a time:
    ``demo_schema=True`` adds each demo's own DDL), most similar demo closest to the question.
    No database content is shown anywhere: the schema is DDL only.
 4. **error correction** (0 or 1 call, no execution): the rule table of
-   :mod:`sqlweave.programs.rules` first (``rule_correction``); if no rule fired and the generated
-   SQL looks hard (:func:`~sqlweave.programs.rules.is_hard_case`, read from the generated SQL,
+   :mod:`sqlweave.programs.stages.rules` first (``rule_correction``); if no rule fired and the generated
+   SQL looks hard (:func:`~sqlweave.programs.stages.rules.is_hard_case`, read from the generated SQL,
    never from gold), one zero-shot **correct** call with guideline hints chosen by heuristics
    (:func:`choose_guidelines`; ``prompt_correction``).
 
@@ -66,12 +66,12 @@ from sqlweave.db import Database
 from sqlweave.metrics import spider_hardness
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram, predict_sql, resolve_database
-from sqlweave.programs.correction import RuleCorrector
-from sqlweave.programs.demos import DemoSource
-from sqlweave.programs.linking import LinkedSchema
-from sqlweave.programs.retrieval import DemoRetriever, RandomRetriever, as_demos
-from sqlweave.programs.rules import is_hard_case
-from sqlweave.programs.voting import Sampler
+from sqlweave.programs.stages.correction import RuleCorrector
+from sqlweave.programs.stages.demos import DemoSource
+from sqlweave.programs.stages.linking import LinkedSchema
+from sqlweave.programs.stages.retrieval import DemoRetriever, RandomRetriever, as_demos
+from sqlweave.programs.stages.rules import is_hard_case
+from sqlweave.programs.stages.voting import Sampler
 from sqlweave.schema import introspect, render_ddl
 from sqlweave.signatures import CorrectSQL, GenerateSQL
 from sqlweave.sqltree import parse_sql
@@ -226,7 +226,7 @@ class HardnessRetriever(RandomRetriever):
 
 
 class MageDemos(DemoSource):
-    """:class:`~sqlweave.programs.demos.DemoSource` that also knows the ``hardness`` strategy.
+    """:class:`~sqlweave.programs.stages.demos.DemoSource` that also knows the ``hardness`` strategy.
 
     :class:`HardnessRetriever` is MageSQL's own, so :func:`make_retriever` does not build it; it is
     built here on first use, once per process for each pool and options, like every retriever.
@@ -246,8 +246,8 @@ class MageCorrector(dspy.Module):
     """The ``mage`` corrector: MageSQL's error correction (§III-D), no execution.
 
     The rule table first (``rule_correction``: the ``rules`` corrector,
-    :class:`~sqlweave.programs.correction.RuleCorrector`); if no rule fired and the SQL looks hard
-    (:func:`~sqlweave.programs.rules.is_hard_case`), one zero-shot **correct** call whose feedback
+    :class:`~sqlweave.programs.stages.correction.RuleCorrector`); if no rule fired and the SQL looks hard
+    (:func:`~sqlweave.programs.stages.rules.is_hard_case`), one zero-shot **correct** call whose feedback
     lists the guidelines :func:`choose_guidelines` picks (``prompt_correction``). Follows the
     corrector protocol of :mod:`sqlweave.programs.stages` and returns ``Prediction(sql, rounds,
     history, stages, fired, hard_case, guidelines, corrected_sql)``; ``hard_case`` is None when

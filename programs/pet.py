@@ -9,16 +9,16 @@ The stages (Li et al., 2024, §3), each a switch of :class:`PETSQL`:
    part of the signature's instruction, so an optimizer that rewrites instructions cannot drop it
    and the ablation stays a prompt difference.
 2. **Demo retrieval** (§3.2, no LM): train questions with the most similar *skeleton* (schema names
-   and values masked, :class:`~sqlweave.programs.retrieval.MaskedQuestionRetriever`), shown as
+   and values masked, :class:`~sqlweave.programs.stages.retrieval.MaskedQuestionRetriever`), shown as
    plain question/SQL pairs. ``num_demos`` defaults to 4 because the small local model's context
    is short; the paper used 9.
 3. **PreSQL** (§3.2), 1 call on the full schema.
 4. **Schema linking** (§3.3, no LM): the tables PreSQL reads
-   (:func:`~sqlweave.programs.linking.tables_in_sql`); every other table's columns, values and
+   (:func:`~sqlweave.programs.stages.linking.tables_in_sql`); every other table's columns, values and
    foreign keys leave the prompt.
 5. **FinSQL** (§3.3), 1 call per FinSQL LM on the reduced schema, with the same demos.
 6. **Consistency** (§3.4): execute the candidates and keep the execution-majority answer
-   (:func:`~sqlweave.programs.voting.vote`).
+   (:func:`~sqlweave.programs.stages.voting.vote`).
 
 Local equivalents of what the paper did with five different LLMs (say so when reporting):
 
@@ -45,7 +45,7 @@ Calls per question with the defaults: 1 (PreSQL) + 1 (FinSQL) + 2 (samples) = 4 
 :func:`sqlweave.lm.track_usage`). When linking keeps every table (or is off) the greedy FinSQL of
 the current LM would see PreSQL's prompt, so PreSQL stands in for it and that call is saved.
 
-**Stages** (:mod:`sqlweave.programs.stages`): a :class:`~sqlweave.programs.demos.DemoSource`, two
+**Stages** (:mod:`sqlweave.programs.stages`): a :class:`~sqlweave.programs.stages.demos.DemoSource`, two
 :class:`~sqlweave.programs.base.Generator` predictors (``presql``, ``finsql``) and three roles, each
 a registry name or a module. ``linker`` (default ``tables``) reads PreSQL as its draft; a table
 link keeps its tables whole (the paper), a column-level link keeps its columns plus the keys and
@@ -69,10 +69,10 @@ from sqlweave.db import Database
 from sqlweave.metrics import spider_hardness
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
-from sqlweave.programs.demos import DemoSource
-from sqlweave.programs.linking import LinkedSchema
-from sqlweave.programs.retrieval import as_demos
-from sqlweave.programs.voting import Sampler, sample_lm
+from sqlweave.programs.stages.demos import DemoSource
+from sqlweave.programs.stages.linking import LinkedSchema
+from sqlweave.programs.stages.retrieval import as_demos
+from sqlweave.programs.stages.voting import Sampler, sample_lm
 from sqlweave.schema import Schema, introspect, render_pet
 from sqlweave.signatures import GenerateSQL
 
@@ -133,7 +133,7 @@ def pet_schema_text(
 ) -> str:
     """PET-SQL's reference-enhanced schema (stored values per column, foreign keys), reduced to
     ``linked`` (None = all), after the optimisation rule (``rule``); cached per database. Shared
-    by :class:`PETSQL` and its generator (:class:`~sqlweave.programs.generators.PetGenerator`).
+    by :class:`PETSQL` and its generator (:class:`~sqlweave.programs.stages.generators.PetGenerator`).
 
     A table link keeps its tables whole (the paper); single columns keep their tables with
     those columns plus the keys joins need.

@@ -16,7 +16,7 @@ the question and BIRD's evidence. Then:
    offline with an LM (TA-SQL's method), which we do not: they are shown only when the database
    ships its own (BIRD's ``database_description/``), so on Spider this part is absent.
 3. **Binary selection** (§III-D): ``SQL1`` and ``SQL2`` are executed and the LM picks one seeing
-   both results (:class:`~sqlweave.programs.selection.CandidateSelector`; no call when they agree).
+   both results (:class:`~sqlweave.programs.stages.selection.CandidateSelector`; no call when they agree).
 4. **Multi-turn self-correction** (§III-E): while the query fails or returns nothing, the LM gets
    the error and every earlier attempt, at most ``correction_rounds`` times.
 
@@ -29,7 +29,7 @@ that declares ``links_backward``, every linker but ``forward``, reads ``SQL1`` a
 :data:`sqlweave.programs.stages.CAPABILITIES`), ``selector`` (default ``lm``: the binary selection; ``vote`` or
 ``first`` choose between the same two candidates) and ``corrector`` (default ``execution``: the
 multi-turn loop). Value-sampled schemas live in :data:`sqlweave.caches.CACHE`, the demo pool and
-its retriever in a :class:`~sqlweave.programs.demos.DemoSource`.
+its retriever in a :class:`~sqlweave.programs.stages.demos.DemoSource`.
 
 Departures, for local models: the selection and correction prompts carry no demos (the paper
 adds them); descriptions are never LM-generated (see step 2); demos are question/SQL pairs
@@ -51,8 +51,8 @@ from sqlweave.caches import CACHE, db_key
 from sqlweave.db import Database, ExecutionError
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
-from sqlweave.programs.demos import DemoSource
-from sqlweave.programs.linking import LinkedSchema, columns_in_text, union
+from sqlweave.programs.stages.demos import DemoSource
+from sqlweave.programs.stages.linking import LinkedSchema, columns_in_text, union
 from sqlweave.schema import Schema, introspect, quote, render_ddl_with_rows
 from sqlweave.signatures import ExtractElements, GenerateSQLWithHints
 
@@ -330,7 +330,7 @@ class RSLSQL(SQLProgram):
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         """Run the switched-on steps of Alg. 1 and return the final SQL with every intermediate."""
-        from sqlweave.programs.retrieval import as_demos
+        from sqlweave.programs.stages.retrieval import as_demos
 
         schema = self.schema_for(db)
         full_text = self.full_schema_text(db)

@@ -33,7 +33,7 @@ import dspy
 from sqlweave.db import Database
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram, resolve_database
-from sqlweave.programs.feedback import describe_execution
+from sqlweave.programs.stages.feedback import describe_execution
 from sqlweave.schema import Schema, ident, introspect, render_compact
 from sqlweave.signatures import GenerateSQL, ReviewSQL
 from sqlweave.values import ValueIndex
@@ -65,7 +65,7 @@ def question_values(
 ) -> dict[tuple[str, str], list[str]]:
     """The stored values per column that ``question`` points at, ``per_column`` of each (none
     when 0): SEA-SQL's semantic enhancement, shared by :class:`SEASQL` and its generator
-    (:class:`~sqlweave.programs.generators.SeaGenerator`). The value index is built once per
+    (:class:`~sqlweave.programs.stages.generators.SeaGenerator`). The value index is built once per
     database and cached (:class:`~sqlweave.values.ValueIndex`)."""
     if per_column <= 0:
         return {}
@@ -133,7 +133,7 @@ class SEASQL(SQLProgram):
 
     Stages, named after the paper's: ``generate`` (pre-SQL, a ``Generator`` of ``GenerateSQL``),
     ``eliminate`` (:class:`BiasEliminator`) and ``corrector`` (DEA: by default a
-    :class:`~sqlweave.programs.correction.CorrectionLoop` with ``reflect`` and ``multi_turn``,
+    :class:`~sqlweave.programs.stages.correction.CorrectionLoop` with ``reflect`` and ``multi_turn``,
     predictors ``corrector.correct`` and ``corrector.reflector``). A stage that is switched off
     has no predictor, so an optimizer tunes only what runs.
 

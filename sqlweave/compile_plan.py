@@ -452,7 +452,7 @@ def _validate(program: SQLProgram, valset: list[dspy.Example], *, progress: bool
     refitted on its answers."""
     from sqlweave.evaluate import evaluate
     from sqlweave.lm import track_usage
-    from sqlweave.programs.confidence import record_confidence
+    from sqlweave.programs.stages.confidence import record_confidence
 
     if not valset:
         return {"val_ex_pct": None, "val_calls": 0, "refit": None}

@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 class Result(dspy.Prediction):
     """A program's answer: ``sql``, and its execution: ``columns``, ``rows``, ``truncated``, or
     ``error`` (an :class:`~sqlweave.db.ExecutionError`, None when the SQL ran). ``confidence``:
-    the calibrated probability that the answer is right (:mod:`sqlweave.programs.confidence`; None when
+    the calibrated probability that the answer is right (:mod:`sqlweave.programs.stages.confidence`; None when
     not judged), ``low_confidence`` when it is under the shipped threshold, ``alternatives``:
     the other readings among the candidates (dicts of ``sql``, ``columns``, ``rows``,
     ``share``). ``steps`` holds the program's other outputs, ``prediction`` the program's own
@@ -75,7 +75,7 @@ def _judged(
     """``confidence``, ``low_confidence`` and ``alternatives`` for a Result; judging that
     fails (a candidate that breaks the executor, a missing model file) leaves them empty and
     never fails the answer."""
-    from sqlweave.programs.confidence import assess
+    from sqlweave.programs.stages.confidence import assess
 
     empty = {"confidence": None, "low_confidence": None, "alternatives": []}
     if not sql:
@@ -123,7 +123,7 @@ class CompiledProgram(dspy.Module):
         **kwargs: Any,
     ) -> Result:
         """Answer ``question`` over ``db`` (a path, URL or open Database) and run the SQL;
-        ``confidence=False`` skips judging the answer (:mod:`sqlweave.programs.confidence`).
+        ``confidence=False`` skips judging the answer (:mod:`sqlweave.programs.stages.confidence`).
 
         A database that cannot be opened raises :class:`~sqlweave.db.ExecutionError` before any
         LM call; SQL that fails to run is reported in ``Result.error``, never raised.

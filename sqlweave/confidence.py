@@ -3,8 +3,8 @@
 A program that draws several candidates already holds the evidence a person needs to know
 when not to trust its answer: how the candidates' executions split (a 7-of-8 agreement is
 right far more often than a 3-of-8 one), whether the answer's string values are stored in the
-database (:func:`sqlweave.programs.grounding.is_grounded`), whether it returns nothing or only
-NULLs. :func:`sqlweave.programs.confidence.evidence` turns a pool into those numbers; a :class:`Calibrator` (a logistic
+database (:func:`sqlweave.programs.stages.grounding.is_grounded`), whether it returns nothing or only
+NULLs. :func:`sqlweave.programs.stages.confidence.evidence` turns a pool into those numbers; a :class:`Calibrator` (a logistic
 model, fitted against EX out of fold by database on train-side questions,
 ``experiments/fit_confidence.py``) turns them into a probability that the answer is right.
 The fitted weights ship in ``confidence.json`` beside this module, one model for answers
@@ -13,7 +13,7 @@ the threshold below which ``ask`` also shows the next distinct readings (chosen 
 questions so that the answers above it are right at least 90 % of the time).
 
 This module reads numbers only (the core knows nothing of programs); judging a pool, which
-re-executes its candidates read-only, is :mod:`sqlweave.programs.confidence`.
+re-executes its candidates read-only, is :mod:`sqlweave.programs.stages.confidence`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 #: The fitted models and threshold (``experiments/fit_confidence.py``).
 WEIGHTS_FILE = Path(__file__).with_name("confidence.json")
-#: The features :func:`sqlweave.programs.confidence.evidence` computes, in the order the models read them.
+#: The features :func:`sqlweave.programs.stages.confidence.evidence` computes, in the order the models read them.
 FEATURES = (
     "agree",
     "margin",

@@ -153,7 +153,7 @@ SLICES: dict[str, tuple[str, str]] = {
 TRAIN_VAL_MIN_QUESTIONS = 300
 TRAIN_VAL_SIZE = 200
 #: Questions in ``spider-train-select`` (three draws: 400, 600 more, 600 more): train questions for
-#: *fitting* a selector (the learned one of :mod:`sqlweave.programs.reranker`), from train
+#: *fitting* a selector (the learned one of :mod:`sqlweave.programs.stages.reranker`), from train
 #: databases outside ``spider-train-val``, so a selector fitted here is still checked on databases
 #: it never saw.
 TRAIN_SELECT_SIZE = (400, 600, 600)

@@ -347,7 +347,7 @@ def evaluate(
     """Run ``program`` on every example and score it by execution match.
 
     ``judge(question, candidate_sqls, sql, db)`` gives each answer's confidence in [0, 1]
-    (:func:`sqlweave.programs.confidence.record_confidence`; the facade passes it), which each
+    (:func:`sqlweave.programs.stages.confidence.record_confidence`; the facade passes it), which each
     record keeps and the summary scores (:func:`sqlweave.confidence.confidence_figures`).
 
     ``program`` is a DSPy module or any callable taking the example's inputs as keywords and

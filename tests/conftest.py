@@ -172,7 +172,7 @@ EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 def concert_question(spider_root: Path, gold: str, question: str = "", qid: str = "q") -> Any:
     """A recorded-run question on Spider's concert_singer whose gold query is ``gold``, as
-    :mod:`sqlweave.programs.replay` reads one."""
+    :mod:`sqlweave.programs.stages.replay` reads one."""
     from types import SimpleNamespace
 
     return SimpleNamespace(

@@ -221,7 +221,7 @@ class ScriptedLM(DummyLM):
 @contextlib.contextmanager
 def demo_environment() -> Iterator[None]:
     """Default pools from the demo bundle, with the process-wide pool caches emptied around it."""
-    from sqlweave.programs import pools
+    from sqlweave.programs.stages import pools
 
     def clear() -> None:
         pools._load.cache_clear()

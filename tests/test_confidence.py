@@ -17,7 +17,7 @@ from sqlweave.confidence import (
     packaged_threshold,
 )
 from sqlweave.db import Database
-from sqlweave.programs.confidence import assess, evidence, record_confidence
+from sqlweave.programs.stages.confidence import assess, evidence, record_confidence
 
 SINGERS = "SELECT count(*) FROM singer"
 CONCERTS = "SELECT count(*) FROM singer_in_concert"

@@ -6,8 +6,8 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from sqlweave.programs.correction import CorrectionLoop
-from sqlweave.programs.feedback import describe_execution, is_empty
+from sqlweave.programs.stages.correction import CorrectionLoop
+from sqlweave.programs.stages.feedback import describe_execution, is_empty
 
 BAD = "SELECT nme FROM singer"
 WORSE = "SELECT nmae FROM singer"

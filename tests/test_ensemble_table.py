@@ -1,11 +1,11 @@
-"""The per-generator table and the vote replay (sqlweave.programs.replay) that
+"""The per-generator table and the vote replay (sqlweave.programs.stages.replay) that
 experiments/ensemble_table.py prints."""
 
 from __future__ import annotations
 
 import pytest
 
-from sqlweave.programs.replay import (
+from sqlweave.programs.stages.replay import (
     generator_table,
     generator_table_markdown,
     merge_runs,

@@ -21,8 +21,9 @@ from dspy.utils import DummyLM
 from sqlweave import programs
 from sqlweave.db import Database
 from sqlweave.optimizers.search import DEFAULT_SPACES, check_space, default_space
-from sqlweave.programs import retrieval, stages
+from sqlweave.programs import stages
 from sqlweave.programs.base import SQLProgram
+from sqlweave.programs.stages import retrieval
 
 QUESTION = "How many singers are there?"
 COUNT = "SELECT count(*) FROM singer"

@@ -23,7 +23,7 @@ from sqlweave.gnn.retriever import (
     resolve_model_path,
 )
 from sqlweave.gnn.train import CHECKPOINT_FORMAT
-from sqlweave.programs import pools
+from sqlweave.programs.stages import pools
 
 EASY = "SELECT count(*) FROM singer"
 QUESTION = "How many singers do we have?"

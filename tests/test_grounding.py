@@ -1,4 +1,4 @@
-"""The ``grounded`` selector (``programs/grounding.py``) on a small SQLite database: candidates
+"""The ``grounded`` selector (``programs/stages/grounding.py``) on a small SQLite database: candidates
 comparing a column with a value it never stores drop out of the vote."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from sqlweave.db import Database
 from sqlweave.programs import stages
-from sqlweave.programs.grounding import GroundedSelector, ValueLookup, is_grounded
-from sqlweave.programs.voting import Candidates, VoteSelector, settle_for
+from sqlweave.programs.stages.grounding import GroundedSelector, ValueLookup, is_grounded
+from sqlweave.programs.stages.voting import Candidates, VoteSelector, settle_for
 
 IL = "SELECT SUM(total) FROM invoices WHERE billing_state = 'IL'"
 ILLINOIS = "SELECT SUM(total) FROM invoices WHERE billing_state = 'Illinois'"

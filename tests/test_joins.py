@@ -1,4 +1,4 @@
-"""Join completion (``programs/joins.py``): a column of a table the query never joined gets the
+"""Join completion (``programs/stages/joins.py``): a column of a table the query never joined gets the
 joins along the shortest foreign-key path, on the bundled concert_singer database and a small
 database with two keys into one table. DummyLM drives the ensemble's wiring only."""
 
@@ -13,7 +13,7 @@ from dspy.utils import DummyLM
 
 from sqlweave.db import Database, ExecutionError
 from sqlweave.programs.ensemble import EnsembleSQL
-from sqlweave.programs.joins import JoinCorrector, complete_joins, fk_path
+from sqlweave.programs.stages.joins import JoinCorrector, complete_joins, fk_path
 from sqlweave.schema import introspect
 
 
@@ -124,7 +124,7 @@ def test_direct_repairs_its_failing_sample_pool(concert: Database) -> None:
 
 
 def test_schema_hints_say_where_a_missing_name_lives(concert: Database) -> None:
-    from sqlweave.programs.feedback import describe_execution, schema_hint
+    from sqlweave.programs.stages.feedback import describe_execution, schema_hint
 
     stray = "SELECT T2.Name FROM concert AS T1 JOIN singer_in_concert AS T2 ON T1.concert_ID = T2.concert_ID"
     error = concert.try_execute(stray)
@@ -141,7 +141,7 @@ def test_schema_hints_say_where_a_missing_name_lives(concert: Database) -> None:
 
 
 def test_the_execution_repair_shows_the_hint(concert: Database) -> None:
-    from sqlweave.programs.correction import CorrectionLoop
+    from sqlweave.programs.stages.correction import CorrectionLoop
 
     stray = "SELECT T2.Name FROM concert AS T1 JOIN singer_in_concert AS T2 ON T1.concert_ID = T2.concert_ID"
     lm = DummyLM([{"corrected_sql": "SELECT Name FROM singer"}])
@@ -157,7 +157,7 @@ def test_the_execution_repair_shows_the_hint(concert: Database) -> None:
 
 
 def test_a_schema_without_declared_keys_joins_on_the_keys_its_names_imply(tmp_path: Path) -> None:
-    from sqlweave.programs.joins import keys_of
+    from sqlweave.programs.stages.joins import keys_of
 
     path = tmp_path / "plain.sqlite"
     with sqlite3.connect(path) as con:

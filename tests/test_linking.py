@@ -12,7 +12,7 @@ import sqlglot
 from dspy.utils import DummyLM
 from sqlglot import exp
 
-from sqlweave.programs.linking import (
+from sqlweave.programs.stages.linking import (
     BidirectionalLinker,
     ForwardLinker,
     LinkedSchema,
@@ -57,7 +57,7 @@ def test_bare_names_link_every_table_with_that_column_or_a_whole_table(schema: S
 def test_parse_link_output_from_prose_keeps_only_exact_names(schema: Schema, caplog) -> None:
     linked = parse_link_output("You need singer.Name and the Age column, thanks", schema)
     assert linked.columns == {("singer", "Name"), ("singer", "Age")}
-    with caplog.at_level(logging.WARNING, logger="sqlweave.programs.linking"):
+    with caplog.at_level(logging.WARNING, logger="sqlweave.programs.stages.linking"):
         assert not parse_link_output("I cannot help with that.", schema)
     assert "no schema names" in caplog.text
 

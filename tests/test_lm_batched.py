@@ -657,7 +657,7 @@ def test_stash_keys_leave_out_the_seed_only() -> None:
 def test_self_consistency_decodes_its_samples_in_one_batch(fake, demo_concert_db, wrapped) -> None:
     from sqlweave.adapter import SQLAdapter
     from sqlweave.programs.direct import DirectSQL
-    from sqlweave.programs.voting import SelfConsistency
+    from sqlweave.programs.stages.voting import SelfConsistency
 
     spec, llama = fake
     lm = dspy.LM(spec, engine=LlamaCppEngine(spec), cache=False, num_retries=0, seed=5)
@@ -1078,7 +1078,7 @@ def test_small_model_direct_stops_sampling_once_its_vote_is_settled(demo_concert
     _need_llama_cpp()
     from sqlweave.programs.base import resolve_database
     from sqlweave.programs.direct import DirectSQL
-    from sqlweave.programs.voting import VoteTally, vote
+    from sqlweave.programs.stages.voting import VoteTally, vote
 
     engine = LlamaCppEngine(sqlweave_lm.SMALL_MODEL)
     _fresh(engine)

@@ -12,8 +12,8 @@ from dspy.utils import DummyLM
 
 from sqlweave import programs
 from sqlweave.optimizers.knn import SAME_DB_SCHEMA, attach_knn, nearest_first
-from sqlweave.programs.demos import DemoSource
-from sqlweave.programs.retrieval import make_retriever
+from sqlweave.programs.stages.demos import DemoSource
+from sqlweave.programs.stages.retrieval import make_retriever
 
 QUESTION = "How many singers are there?"
 

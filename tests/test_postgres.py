@@ -316,7 +316,7 @@ def test_unreachable_server_is_a_connection_error() -> None:
 
 def test_join_completion_on_a_copy_without_declared_keys(pg: Database) -> None:
     """The copy declares no keys; join completion falls back on the ones its names imply."""
-    from sqlweave.programs.joins import complete_joins, keys_of
+    from sqlweave.programs.stages.joins import complete_joins, keys_of
     from sqlweave.schema import introspect
 
     schema = introspect(pg)
@@ -330,7 +330,7 @@ def test_join_completion_on_a_copy_without_declared_keys(pg: Database) -> None:
 def test_grounded_vote_on_postgres(pg: Database) -> None:
     """The grounded selector's lookups on PostgreSQL: a guessed country drops out of the vote,
     a case-only difference and a number compared as text stay in."""
-    from sqlweave.programs.grounding import GroundedSelector, ValueLookup, is_grounded
+    from sqlweave.programs.stages.grounding import GroundedSelector, ValueLookup, is_grounded
 
     lookup = ValueLookup(pg)
     assert not is_grounded("SELECT count(*) FROM singer WHERE country = 'Holland'", lookup)

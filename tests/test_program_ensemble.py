@@ -8,12 +8,13 @@ import pytest
 from dspy.utils import DummyLM
 
 from sqlweave.evaluate import evaluate, read_records
-from sqlweave.programs import generators, get
+from sqlweave.programs import get
 from sqlweave.programs.dubo import DuboV1, DuboV2
 from sqlweave.programs.ensemble import EnsembleSQL, parse_names, parse_weights
 from sqlweave.programs.pet import PETSQL
 from sqlweave.programs.sea import SEASQL
-from sqlweave.programs.selection import RunoffSelector
+from sqlweave.programs.stages import generators
+from sqlweave.programs.stages.selection import RunoffSelector
 from sqlweave.schema import prompt_schema
 
 QUESTION = "How many singers are from France?"

@@ -501,7 +501,7 @@ def test_the_mage_corrector_alone_follows_the_protocol(concert: Database) -> Non
 
 
 def test_stage_instances_are_used_as_given(pool, db) -> None:
-    from sqlweave.programs.correction import RuleCorrector
+    from sqlweave.programs.stages.correction import RuleCorrector
 
     mine = RuleCorrector()
     program = MageSQL(strategy="jaccard", pool=pool, corrector=mine)

@@ -585,7 +585,7 @@ def test_a_column_link_keeps_its_columns_and_the_keys(concert: Database) -> None
 
 
 def test_a_stage_instance_is_used_as_given(concert: Database) -> None:
-    from sqlweave.programs.voting import VoteSelector
+    from sqlweave.programs.stages.voting import VoteSelector
 
     class LastSelector(dspy.Module):
         def forward(self, candidates, **_: Any) -> dspy.Prediction:

@@ -21,8 +21,8 @@ from sqlweave import programs
 from sqlweave.data import load_spider
 from sqlweave.db import Database
 from sqlweave.programs import stages
-from sqlweave.programs.retrieval import make_retriever
 from sqlweave.programs.rsl import RSLSQL, as_items, component_hints, random_rows
+from sqlweave.programs.stages.retrieval import make_retriever
 
 QUESTION = "Names of singers older than 40?"
 OLDER_40 = "SELECT name FROM singer WHERE age > 40"  # 3 rows
@@ -562,7 +562,7 @@ def test_every_corrector_runs_in_rsl(bundled_db, tiny_retriever, name: str) -> N
 
 
 def test_a_stage_instance_is_used_as_given(bundled_db, tiny_retriever) -> None:
-    from sqlweave.programs.linking import DraftTablesLinker
+    from sqlweave.programs.stages.linking import DraftTablesLinker
 
     mine = DraftTablesLinker()
     program = programs.get("rsl", num_demos=2, retriever=tiny_retriever, linker=mine)

@@ -17,7 +17,7 @@ import pytest
 from sqlweave import programs
 from sqlweave.programs import SQLProgram, stages
 from sqlweave.programs.dubo import DuboV1
-from sqlweave.programs.linking import DraftTablesLinker
+from sqlweave.programs.stages.linking import DraftTablesLinker
 
 NAMES = [name for name in programs.available() if programs.program_class(name).name == name]
 

@@ -1,11 +1,11 @@
-"""sqlweave.programs.replay's repair_joins and repair_scopes (what experiments/repair_replay.py
+"""sqlweave.programs.stages.replay's repair_joins and repair_scopes (what experiments/repair_replay.py
 runs): the join repair replayed over recorded candidates, on a real Spider database (no LM)."""
 
 from __future__ import annotations
 
 from conftest import concert_question, recorded
 
-from sqlweave.programs import replay
+from sqlweave.programs.stages import replay
 
 QUESTION = "How many singers performed in the concert Super bootcamp?"
 GOLD = (

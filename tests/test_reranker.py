@@ -10,8 +10,9 @@ import pytest
 from conftest import DEMO_CONCERT_DB, run_experiment
 
 from sqlweave.db import Database
-from sqlweave.programs import reranker, stages
-from sqlweave.programs.voting import execution_groups, vote
+from sqlweave.programs import stages
+from sqlweave.programs.stages import reranker
+from sqlweave.programs.stages.voting import execution_groups, vote
 
 COUNT = "SELECT count(*) FROM singer"
 NAMES = "SELECT Name FROM singer"

@@ -15,7 +15,7 @@ from dspy.utils import DummyLM
 from sqlglot import exp
 
 from sqlweave.data import eval_slice, load_spider
-from sqlweave.programs.retrieval import (
+from sqlweave.programs.stages.retrieval import (
     MASK,
     RETRIEVER_NAMES,
     UNK,

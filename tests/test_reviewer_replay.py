@@ -1,5 +1,5 @@
 """experiments/reviewer_replay.py: the Coder-Reviewer selection over scored classes (no LM), run as
-its ``select`` step; its class representatives are sqlweave.programs.replay's."""
+its ``select`` step; its class representatives are sqlweave.programs.stages.replay's."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import run_experiment
 
-from sqlweave.programs.replay import representatives
+from sqlweave.programs.stages.replay import representatives
 
 
 def _text(sql, group, correct, origins, reviewer, coder=-1.0):

@@ -18,7 +18,7 @@ from sqlglot import exp
 from sqlweave.data import load_spider
 from sqlweave.db import Database
 from sqlweave.metrics import execution_match
-from sqlweave.programs.rules import (
+from sqlweave.programs.stages.rules import (
     RULES,
     RuleContext,
     RuleResult,

@@ -6,7 +6,7 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from sqlweave.programs.selection import CandidateSelector, parse_choice, render_candidates
+from sqlweave.programs.stages.selection import CandidateSelector, parse_choice, render_candidates
 
 OLDEST = "SELECT max(age) FROM singer"  # 52
 YOUNGEST = "SELECT min(age) FROM singer"  # 25

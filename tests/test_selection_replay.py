@@ -1,4 +1,4 @@
-"""sqlweave.programs.replay (what experiments/selection_replay.py runs): selections replayed over
+"""sqlweave.programs.stages.replay (what experiments/selection_replay.py runs): selections replayed over
 recorded candidates, on a real Spider database (no LM)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from conftest import concert_question, recorded
 
-from sqlweave.programs import replay
+from sqlweave.programs.stages import replay
 
 RIGHT = "SELECT count(*) FROM singer WHERE country = 'France'"
 LOWER = "SELECT count(*) FROM singer WHERE country = 'france'"

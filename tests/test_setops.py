@@ -1,4 +1,4 @@
-""" "Both X and Y" as an INTERSECT (``programs/setops.py``): the rewrite on its own, and the
+""" "Both X and Y" as an INTERSECT (``programs/stages/setops.py``): the rewrite on its own, and the
 ``rules_intersect`` corrector on a small SQLite database whose answer changes with it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from sqlweave.db import Database
 from sqlweave.programs import stages
-from sqlweave.programs.setops import IntersectCorrector, both_as_intersect
+from sqlweave.programs.stages.setops import IntersectCorrector, both_as_intersect
 
 BOTH_Q = "Which customers have both 'On Road' and 'Shipped' orders?"
 

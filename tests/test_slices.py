@@ -37,7 +37,7 @@ def test_spider_dev_200_is_a_plain_random_sample(data_root: Path) -> None:
 
 
 def test_validation_databases_are_unseen_by_the_default_pool(data_root: Path) -> None:
-    from sqlweave.programs.pools import default_pool
+    from sqlweave.programs.stages.pools import default_pool
 
     val = data.load_slice("spider-train-val", root=data_root)
     held = data.demo_pool_exclusions()
@@ -73,7 +73,7 @@ def test_the_package_bundle_resolves_the_spider_slices(data_root: Path) -> None:
     """A fresh install has only the bundle: its questions keep their full-set ids, so the
     committed slices resolve in it to the same questions, and a compile there validates on
     ``spider-train-val``'s unseen databases as it does on the full data."""
-    from sqlweave.programs.pools import default_pool
+    from sqlweave.programs.stages.pools import default_pool
 
     for name in ("spider-dev-200", "spider-train-val"):
         bundled = data.load_slice(name, root=DEMO_ROOT)

@@ -19,9 +19,9 @@ from sqlweave.caches import CACHE, ProcessCache, open_database
 from sqlweave.db import Database
 from sqlweave.programs import stages
 from sqlweave.programs.base import Generator
-from sqlweave.programs.demos import DemoSource
-from sqlweave.programs.linking import LinkedSchema
-from sqlweave.programs.voting import Sampler
+from sqlweave.programs.stages.demos import DemoSource
+from sqlweave.programs.stages.linking import LinkedSchema
+from sqlweave.programs.stages.voting import Sampler
 from sqlweave.schema import introspect, render_ddl
 
 

@@ -20,10 +20,10 @@ from dspy.utils import DummyLM
 from sqlweave import programs
 from sqlweave.db import Database
 from sqlweave.programs import stages
-from sqlweave.programs.demos import DemoSource
-from sqlweave.programs.linking import BidirectionalLinker, DraftColumnsLinker, ForwardLinker
 from sqlweave.programs.mage import MageCorrector
 from sqlweave.programs.rsl import RSLSQL
+from sqlweave.programs.stages.demos import DemoSource
+from sqlweave.programs.stages.linking import BidirectionalLinker, DraftColumnsLinker, ForwardLinker
 
 REPO = Path(__file__).resolve().parents[1]
 SEEDS = ("direct", "dubo", "mage", "pet", "rsl", "sea", "weave")
@@ -158,7 +158,7 @@ class ForwardOnly(dspy.Module):
         self.calls: list[dict[str, Any]] = []
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
-        from sqlweave.programs.linking import LinkedSchema
+        from sqlweave.programs.stages.linking import LinkedSchema
 
         self.calls.append(inputs)
         return dspy.Prediction(linked=LinkedSchema(columns={("singer", "Name")}))

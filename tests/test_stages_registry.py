@@ -16,7 +16,7 @@ from sqlweave.db import Database
 from sqlweave.optimizers import registry as optimizer_registry
 from sqlweave.optimizers.artifact import ArtifactMeta, load_program, save_program
 from sqlweave.programs import SQLProgram, stages
-from sqlweave.programs.linking import DraftTablesLinker
+from sqlweave.programs.stages.linking import DraftTablesLinker
 from sqlweave.registry import Registry
 
 

@@ -11,7 +11,7 @@ from dspy.utils import DummyLM
 
 from sqlweave.db import Database
 from sqlweave.programs import get
-from sqlweave.programs.rules import apply_rules
+from sqlweave.programs.stages.rules import apply_rules
 from sqlweave.schema import introspect, native_ddl, prompt_schema
 from sqlweave.schema_filter import narrow, scoped
 from sqlweave.tablenames import ddl_with_short_names, short_names, to_real

@@ -9,7 +9,7 @@ from conftest import spy_rollouts
 from dspy.utils import DummyLM
 
 from sqlweave.programs.direct import DirectSQL
-from sqlweave.programs.voting import (
+from sqlweave.programs.stages.voting import (
     Sampler,
     SelfConsistency,
     VoteTally,
@@ -172,7 +172,7 @@ def test_a_settled_vote_picks_what_the_whole_vote_picks(db) -> None:
 
 
 def test_a_tally_runs_each_distinct_query_once(db, monkeypatch) -> None:
-    from sqlweave.programs import voting
+    from sqlweave.programs.stages import voting
 
     ran: list[str] = []
     real = voting.execute_quietly
@@ -222,7 +222,7 @@ def _capture_batch_settle(monkeypatch, answers_at_start):
     (read as candidates by the early stop's reader, then judged)."""
     from contextlib import contextmanager
 
-    from sqlweave.programs import voting
+    from sqlweave.programs.stages import voting
 
     seen: dict = {}
 
@@ -275,8 +275,8 @@ def test_the_engine_judges_a_batch_only_when_its_texts_are_the_candidates(db, mo
 
 
 def test_the_vote_reuses_the_outcomes_a_settling_sampler_had(db, monkeypatch) -> None:
-    from sqlweave.programs import voting
-    from sqlweave.programs.voting import Candidates, VoteSelector
+    from sqlweave.programs.stages import voting
+    from sqlweave.programs.stages.voting import Candidates, VoteSelector
 
     tally = VoteTally(db)
     assert tally.settled([N_SINGERS, N_SINGERS_2, N_STADIUMS], 0)
@@ -292,7 +292,7 @@ def test_the_vote_reuses_the_outcomes_a_settling_sampler_had(db, monkeypatch) ->
 
 
 def test_candidates_are_a_read_only_sequence_that_carries_the_tally_outcomes(db) -> None:
-    from sqlweave.programs.voting import Candidates
+    from sqlweave.programs.stages.voting import Candidates
 
     tally = VoteTally(db)
     tally.settled([N_SINGERS, BROKEN], 1)
@@ -349,8 +349,8 @@ def test_the_sampler_hands_the_engine_its_generators_reader(db, monkeypatch) -> 
 def test_pet_draws_its_finsqls_and_samples_through_the_sampler(db, monkeypatch) -> None:
     from contextlib import contextmanager
 
-    from sqlweave.programs import voting
     from sqlweave.programs.pet import PETSQL
+    from sqlweave.programs.stages import voting
 
     blocks: list[tuple] = []
     real = voting.batched_samples

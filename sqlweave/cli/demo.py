@@ -101,7 +101,7 @@ def _evaluate_both(
     from sqlweave.api import CompiledProgram
     from sqlweave.evaluate import evaluate as run_eval
     from sqlweave.programs import get as get_program
-    from sqlweave.programs.confidence import record_confidence
+    from sqlweave.programs.stages.confidence import record_confidence
 
     runs: dict[str, dict[str, Any]] = {}
     for step, (label, prog, path) in enumerate(

@@ -161,7 +161,7 @@ def _run(
     from sqlweave.evaluate import evaluate as run_eval
     from sqlweave.failures import LMUnavailableError
     from sqlweave.metrics import GoldQueryError
-    from sqlweave.programs.confidence import record_confidence
+    from sqlweave.programs.stages.confidence import record_confidence
 
     try:
         return run_eval(

@@ -84,7 +84,7 @@ class Corrector(Protocol):
     """The ``corrector`` role (and a pool's ``repair``): ``sql`` checked and perhaps changed.
 
     Returns ``Prediction(sql, rounds, history, ...)``; ``history`` holds the attempts as dicts
-    with ``sql`` and ``feedback``. Correctors chain (:class:`~sqlweave.programs.chain.Chain`):
+    with ``sql`` and ``feedback``. Correctors chain (:class:`~sqlweave.programs.stages.chain.Chain`):
     each sees the SQL the one before returned.
     """
 
@@ -94,7 +94,7 @@ class Corrector(Protocol):
 
 
 class Generator(Protocol):
-    """A candidate generator (:mod:`sqlweave.programs.generators`): the prompt it asks, and the
+    """A candidate generator (:mod:`sqlweave.programs.stages.generators`): the prompt it asks, and the
     call that answers it (``generate(**prompt.inputs)`` returns ``Prediction(sql, ...)``)."""
 
     name: str

@@ -17,7 +17,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 from sqlweave.db import Database
 from sqlweave.programs.base import resolve_database
-from sqlweave.programs.feedback import FEEDBACK_TIMEOUT_S, describe_execution, is_empty
+from sqlweave.programs.stages.feedback import FEEDBACK_TIMEOUT_S, describe_execution, is_empty
 from sqlweave.schema import introspect, render_ddl
 from sqlweave.signatures import CorrectSQL, ReflectOnError
 from sqlweave.sqltext import extract_sql
@@ -51,7 +51,7 @@ class CorrectionLoop(dspy.Module):
       each :class:`~sqlweave.signatures.CorrectSQL` call (2 calls per round instead of 1);
     * ``multi_turn``: the feedback lists every earlier attempt and its error, not only the last;
     * ``schema_hints``: an unknown table or column's error is followed by where the schema has
-      it and the keys that join it (:func:`~sqlweave.programs.feedback.schema_hint`): the 1.5B
+      it and the keys that join it (:func:`~sqlweave.programs.stages.feedback.schema_hint`): the 1.5B
       model shown the bare error mostly returns the query unchanged.
 
     When no attempt succeeds the result is the last attempt that at least ran (e.g. returned an
@@ -166,7 +166,7 @@ class NoCorrector(dspy.Module):
 
 
 class RuleCorrector(dspy.Module):
-    """The ``rules`` corrector: MageSQL's rule-based correction (:mod:`sqlweave.programs.rules`),
+    """The ``rules`` corrector: MageSQL's rule-based correction (:mod:`sqlweave.programs.stages.rules`),
     no LM call. ``history`` holds one entry naming the rules that fired (none when nothing
     changed); stored values feed the string-format rule only when the SQL has literals.
     """
@@ -176,7 +176,7 @@ class RuleCorrector(dspy.Module):
     ) -> dspy.Prediction:
         import re
 
-        from sqlweave.programs.rules import apply_rules
+        from sqlweave.programs.stages.rules import apply_rules
         from sqlweave.values import ValueIndex
 
         database = resolve_database(db)

@@ -20,8 +20,8 @@ from dspy.utils.exceptions import AdapterParseError
 from sqlweave.db import Database, QueryResult
 from sqlweave.metrics import has_top_level_order_by
 from sqlweave.programs.base import resolve_database
-from sqlweave.programs.feedback import FEEDBACK_TIMEOUT_S, describe_execution
-from sqlweave.programs.voting import equivalent
+from sqlweave.programs.stages.feedback import FEEDBACK_TIMEOUT_S, describe_execution
+from sqlweave.programs.stages.voting import equivalent
 from sqlweave.schema import introspect, render_ddl
 from sqlweave.signatures import SelectCandidate
 
@@ -150,14 +150,14 @@ class RunoffSelector(dspy.Module):
     the two leading answers (CHASE-SQL's pairwise comparison, RSL-SQL's binary selection with
     results shown).
 
-    The vote (:func:`~sqlweave.programs.voting.vote`, ``weights`` per candidate when given)
+    The vote (:func:`~sqlweave.programs.stages.voting.vote`, ``weights`` per candidate when given)
     ranks the classes of equivalent results. When the runner-up holds at least ``threshold`` of
     the leader's weight, one representative of each is shown to the LM with what it returned
     (:class:`CandidateSelector`), leader first; otherwise the vote stands and no call is made.
     ``threshold=1`` asks only on exact ties; 0 asks whenever two answers ran.
 
-    It needs every candidate, so a :class:`~sqlweave.programs.voting.Sampler` feeding it must
-    not stop early on a settled vote (:func:`~sqlweave.programs.voting.settle_for` gives it no
+    It needs every candidate, so a :class:`~sqlweave.programs.stages.voting.Sampler` feeding it must
+    not stop early on a settled vote (:func:`~sqlweave.programs.stages.voting.settle_for` gives it no
     ``settle``): a vote that cannot change can still be close.
     """
 
@@ -184,7 +184,7 @@ class RunoffSelector(dspy.Module):
     ) -> dspy.Prediction:
         """Returns ``Prediction(sql, choice, lm_called, vote, runoff)``; ``runoff`` holds the two
         0-based candidates the LM saw (None when the vote stood)."""
-        from sqlweave.programs.voting import Candidates, ranked_groups, vote
+        from sqlweave.programs.stages.voting import Candidates, ranked_groups, vote
 
         if not candidates:
             raise ValueError("a selector needs at least one candidate")

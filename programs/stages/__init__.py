@@ -43,16 +43,16 @@ corrector     ``none``; ``execution`` (Dubo-SQL / RSL-SQL: fix while the SQL fai
 ============  ===============================================================================
 
 Correctors chain: ``corrector="rules+intersect"`` runs ``rules``, then ``intersect`` on its
-answer (:class:`~sqlweave.programs.chain.Chain`); any registered correctors may be chained this
+answer (:class:`~sqlweave.programs.stages.chain.Chain`); any registered correctors may be chained this
 way, and a name registered for a combination builds the same chain.
 
-Each role's call is a :class:`typing.Protocol` in :mod:`sqlweave.programs.roles`.
+Each role's call is a :class:`typing.Protocol` in :mod:`sqlweave.programs.stages.roles`.
 
 The other stages are shared classes rather than roles with alternatives: schema context
 (:mod:`sqlweave.caches`, one cache per database), demo source
-(:class:`~sqlweave.programs.demos.DemoSource`), generator
+(:class:`~sqlweave.programs.stages.demos.DemoSource`), generator
 (:class:`~sqlweave.programs.base.Generator`) and sampler
-(:class:`~sqlweave.programs.voting.Sampler`).
+(:class:`~sqlweave.programs.stages.voting.Sampler`).
 
 A seed takes ``linker=``, ``selector=`` and ``corrector=`` constructor arguments: a registry name
 (saved with a compiled artefact, and what ``sqlweave ... --set linker=bidirectional`` passes) or
@@ -80,8 +80,8 @@ from typing import Any
 
 import dspy
 
-from sqlweave.programs.chain import SEPARATOR, Chain, chain_names
-from sqlweave.programs.roles import CAPABILITIES, declares
+from sqlweave.programs.stages.chain import SEPARATOR, Chain, chain_names
+from sqlweave.programs.stages.roles import CAPABILITIES, declares
 from sqlweave.registry import Registry
 
 #: role -> name -> ``module:Class`` (imported on first use, so the registry costs nothing).
@@ -89,39 +89,39 @@ STAGES: dict[str, Registry] = {
     "linker": Registry(
         "linker",
         {
-            "none": "sqlweave.programs.linking:NoLinker",
-            "tables": "sqlweave.programs.linking:DraftTablesLinker",
-            "columns": "sqlweave.programs.linking:DraftColumnsLinker",
-            "values": "sqlweave.programs.linking:ValueLinker",
-            "forward": "sqlweave.programs.linking:ForwardLinker",
-            "bidirectional": "sqlweave.programs.linking:BidirectionalLinker",
+            "none": "sqlweave.programs.stages.linking:NoLinker",
+            "tables": "sqlweave.programs.stages.linking:DraftTablesLinker",
+            "columns": "sqlweave.programs.stages.linking:DraftColumnsLinker",
+            "values": "sqlweave.programs.stages.linking:ValueLinker",
+            "forward": "sqlweave.programs.stages.linking:ForwardLinker",
+            "bidirectional": "sqlweave.programs.stages.linking:BidirectionalLinker",
         },
         base=dspy.Module,
     ),
     "selector": Registry(
         "selector",
         {
-            "first": "sqlweave.programs.voting:FirstSelector",
-            "vote": "sqlweave.programs.voting:VoteSelector",
-            "across": "sqlweave.programs.voting:AcrossSelector",
-            "lm": "sqlweave.programs.selection:CandidateSelector",
-            "runoff": "sqlweave.programs.selection:RunoffSelector",
-            "ranked": "sqlweave.programs.reranker:RankSelector",
-            "grounded": "sqlweave.programs.grounding:GroundedSelector",
+            "first": "sqlweave.programs.stages.voting:FirstSelector",
+            "vote": "sqlweave.programs.stages.voting:VoteSelector",
+            "across": "sqlweave.programs.stages.voting:AcrossSelector",
+            "lm": "sqlweave.programs.stages.selection:CandidateSelector",
+            "runoff": "sqlweave.programs.stages.selection:RunoffSelector",
+            "ranked": "sqlweave.programs.stages.reranker:RankSelector",
+            "grounded": "sqlweave.programs.stages.grounding:GroundedSelector",
         },
         base=dspy.Module,
     ),
     "corrector": Registry(
         "corrector",
         {
-            "none": "sqlweave.programs.correction:NoCorrector",
-            "execution": "sqlweave.programs.correction:CorrectionLoop",
-            "rules": "sqlweave.programs.correction:RuleCorrector",
+            "none": "sqlweave.programs.stages.correction:NoCorrector",
+            "execution": "sqlweave.programs.stages.correction:CorrectionLoop",
+            "rules": "sqlweave.programs.stages.correction:RuleCorrector",
             "mage": "sqlweave.programs.mage:MageCorrector",
-            "joins": "sqlweave.programs.joins:JoinCorrector",
-            "intersect": "sqlweave.programs.setops:IntersectRewrite",
+            "joins": "sqlweave.programs.stages.joins:JoinCorrector",
+            "intersect": "sqlweave.programs.stages.setops:IntersectRewrite",
             # A combination under the name recorded runs and presets use: rules+intersect.
-            "rules_intersect": "sqlweave.programs.setops:IntersectCorrector",
+            "rules_intersect": "sqlweave.programs.stages.setops:IntersectCorrector",
         },
         base=dspy.Module,
     ),
@@ -354,7 +354,7 @@ def result(
 ) -> dspy.Prediction:
     """A program's prediction in the output contract (module docstring), plus ``extra`` fields.
 
-    ``linked`` may be a :class:`~sqlweave.programs.linking.LinkedSchema` or a list of names;
+    ``linked`` may be a :class:`~sqlweave.programs.stages.linking.LinkedSchema` or a list of names;
     ``demos`` examples or their questions; ``candidates`` defaults to ``[sql]``. ``origins``
     (one per candidate: the generator that wrote it and how, e.g. ``"direct:greedy"``,
     ``"dubo_v1:sampled"``) becomes ``candidate_origins``, which evaluation records beside each

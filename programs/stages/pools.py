@@ -63,14 +63,14 @@ _RETRIEVERS_LOCK = threading.Lock()
 
 
 def default_retriever(name: str, source: str = "spider", **options: Any) -> Any:
-    """A :func:`~sqlweave.programs.retrieval.make_retriever` retriever over :func:`default_pool`,
+    """A :func:`~sqlweave.programs.stages.retrieval.make_retriever` retriever over :func:`default_pool`,
     built once per process for each (name, source, options).
 
     Programs that were given no pool of their own share it, so every configuration of an
     experiment (and every program using the same strategy) pays for masking, parsing and the
     pool's embedding matrix once.
     """
-    from sqlweave.programs.retrieval import make_retriever
+    from sqlweave.programs.stages.retrieval import make_retriever
 
     key = (name, source, tuple(sorted(options.items())))
     with _RETRIEVERS_LOCK:

@@ -7,7 +7,7 @@ any other corrector name. A name registered for a combination (``rules_intersect
 :class:`Chain` subclass built from its ``+`` spelling, so recorded runs, presets and artefacts
 that name it build the very chain ``rules+intersect`` builds.
 
-What a chain returns, following the corrector protocol (:class:`~sqlweave.programs.roles.Corrector`):
+What a chain returns, following the corrector protocol (:class:`~sqlweave.programs.stages.roles.Corrector`):
 
 * ``sql``: the last step's answer; ``rounds``: the steps' rounds summed; ``history``: their
   attempts in order; ``fired``: the rules that fired, in order (when a step reports them);
@@ -23,7 +23,7 @@ from typing import Any
 
 import dspy
 
-from sqlweave.programs.roles import Corrector, declares
+from sqlweave.programs.stages.roles import Corrector, declares
 
 #: What joins corrector names into a chain (``rules+intersect``).
 SEPARATOR = "+"

@@ -15,7 +15,7 @@ wherever its top class holds more than that share; the packaged weights have non
 cross-validation chose none).
 
 No LM call; it needs every candidate (a class the vote counted out may still score best), so a
-sampler feeding it does not stop early (:func:`~sqlweave.programs.voting.settle_for` settles only
+sampler feeding it does not stop early (:func:`~sqlweave.programs.stages.voting.settle_for` settles only
 the plain vote). The weights ship with the package (``reranker_weights.json``); a user can fit
 their own on their train questions (:func:`fit_weights` on their classes) and pass them as
 ``weights=``.
@@ -36,8 +36,8 @@ from sqlglot import exp
 
 from sqlweave import sqlstruct
 from sqlweave.db import Database, QueryResult
-from sqlweave.programs.feedback import FEEDBACK_TIMEOUT_S
-from sqlweave.programs.voting import (
+from sqlweave.programs.stages.feedback import FEEDBACK_TIMEOUT_S
+from sqlweave.programs.stages.voting import (
     ExecutionGroup,
     VoteResult,
     VoteSelector,

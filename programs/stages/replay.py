@@ -30,7 +30,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from sqlweave.programs.voting import origin_generator, origin_is_greedy
+from sqlweave.programs.stages.voting import origin_generator, origin_is_greedy
 
 #: The ``repair_scope`` choices :func:`repair_scopes` replays.
 REPAIR_SCOPES = ("none", "all", "fallback")
@@ -67,8 +67,8 @@ class Judge:
         return self._correct[sql]
 
     def fixed(self, sql: str) -> str:
-        """``sql`` after MageSQL's rules (:func:`sqlweave.programs.rules.apply_rules`)."""
-        from sqlweave.programs.rules import apply_rules
+        """``sql`` after MageSQL's rules (:func:`sqlweave.programs.stages.rules.apply_rules`)."""
+        from sqlweave.programs.stages.rules import apply_rules
 
         if sql not in self._fixed:
             try:
@@ -82,7 +82,7 @@ class Judge:
     ) -> str:
         """The vote's winner; with ``sources`` (each candidate's generator), the ``across``
         selector's: the answer the most different generators hold."""
-        from sqlweave.programs.voting import AcrossSelector, vote
+        from sqlweave.programs.stages.voting import AcrossSelector, vote
 
         if sources is None:
             return vote(list(sqls), self.db, list(weights), timeout_s=self.timeout_s).sql
@@ -204,9 +204,9 @@ def repair_joins(
     """``records`` as the ``ensemble`` program with ``repair=joins`` would have drawn them: each
     candidate that fails to run is given the joins its stray columns need and, where that runs,
     replaced, its origin marked ``:repaired`` (the program's own
-    :class:`~sqlweave.programs.voting.PoolRepair`, scope ``all``); replaced candidates lose
+    :class:`~sqlweave.programs.stages.voting.PoolRepair`, scope ``all``); replaced candidates lose
     their recorded group (the replay re-executes them)."""
-    from sqlweave.programs.voting import PoolRepair, VoteTally
+    from sqlweave.programs.stages.voting import PoolRepair, VoteTally
 
     repair = PoolRepair("joins", scope="all")
     by_id = {str(r["question_id"]): r for r in records}
@@ -281,8 +281,8 @@ def replay_runoff(
     does) for each strategy (:func:`strategy_of`) and threshold, and how often it asked the LM;
     needs a configured LM. The LM sees the first generator's schema, as in the ``ensemble``
     program."""
-    from sqlweave.programs import generators as generator_registry
-    from sqlweave.programs.selection import RunoffSelector
+    from sqlweave.programs.stages import generators as generator_registry
+    from sqlweave.programs.stages.selection import RunoffSelector
 
     built: dict[str, Any] = {}
     selectors = {t: RunoffSelector(threshold=t) for t in thresholds}

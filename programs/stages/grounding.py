@@ -27,7 +27,7 @@ What is checked, conservatively (anything unclear counts as grounded):
   candidate in: the vote deals with broken SQL.
 
 It needs every candidate, so a sampler feeding it draws them all: the settled-vote early stop
-(:func:`~sqlweave.programs.voting.settle_for`) is kept for the plain ``vote`` selector only.
+(:func:`~sqlweave.programs.stages.voting.settle_for`) is kept for the plain ``vote`` selector only.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from sqlweave.db import Database, ExecutionError
 from sqlweave.programs.base import resolve_database
-from sqlweave.programs.feedback import FEEDBACK_TIMEOUT_S
-from sqlweave.programs.voting import Candidates, VoteSelector
+from sqlweave.programs.stages.feedback import FEEDBACK_TIMEOUT_S
+from sqlweave.programs.stages.voting import Candidates, VoteSelector
 from sqlweave.sqlstruct import parse
 
 #: Seconds for one value lookup; a lookup that takes longer counts as grounded.

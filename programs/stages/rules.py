@@ -53,7 +53,7 @@ from sqlglot import exp
 from sqlweave.db import Database
 from sqlweave.metrics import spider_hardness
 from sqlweave.programs.base import resolve_database
-from sqlweave.programs.resolution import (
+from sqlweave.programs.stages.resolution import (
     Resolver,
     cte_names,
     enclosing_selects,

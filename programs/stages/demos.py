@@ -2,7 +2,7 @@
 
 Replaces the private pool/retriever caches each seed kept: the pool and the retriever live in
 :data:`sqlweave.caches.CACHE` (or, for the default train pool, in
-:mod:`sqlweave.programs.pools`), so every program and every copy of one shares them.
+:mod:`sqlweave.programs.stages.pools`), so every program and every copy of one shares them.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import dspy
 
 from sqlweave.caches import CACHE
-from sqlweave.programs.pools import default_pool, default_retriever
-from sqlweave.programs.retrieval import DemoRetriever, make_retriever
+from sqlweave.programs.stages.pools import default_pool, default_retriever
+from sqlweave.programs.stages.retrieval import DemoRetriever, make_retriever
 
 
 class DemoSource:
@@ -22,7 +22,7 @@ class DemoSource:
 
     ``strategy`` is a :func:`make_retriever` name (or ``"none"``); ``k`` demos are returned, best
     first. Without ``pool`` the default train pool of ``source`` is used
-    (:func:`sqlweave.programs.pools.default_retriever`, shared by every program of the process);
+    (:func:`sqlweave.programs.stages.pools.default_retriever`, shared by every program of the process);
     a ``pool`` or a ready ``retriever`` is kept in :data:`sqlweave.caches.CACHE` and this object
     holds only its token, so the copies DSPy optimizers make share it instead of copying a
     7k-example pool and its embedding matrix. ``options`` go to the retriever; an ``encoder`` (a

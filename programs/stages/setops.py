@@ -29,7 +29,7 @@ from sqlglot import exp
 from sqlweave.db import Database, ExecutionError
 from sqlweave.programs import stages
 from sqlweave.programs.base import resolve_database
-from sqlweave.programs.chain import Chain
+from sqlweave.programs.stages.chain import Chain
 from sqlweave.sqlstruct import parse
 
 #: The chain the ``rules_intersect`` name builds (:class:`IntersectCorrector`).

@@ -2,7 +2,7 @@
 
 "How many singers are from France?" and "How many cars are from Japan?" share the skeleton
 "how many <mask> are from <unk> ?", so a retriever embedding skeletons
-(:class:`~sqlweave.programs.retrieval.MaskedQuestionRetriever`) finds questions of the same
+(:class:`~sqlweave.programs.stages.retrieval.MaskedQuestionRetriever`) finds questions of the same
 shape on other databases rather than other questions about singers. The masking is text work
 with no model: :func:`mask_question` against the phrases :func:`schema_phrases` makes of a
 database's names, read once per database file (:func:`database_phrases`).

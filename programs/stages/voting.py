@@ -40,11 +40,11 @@ from sqlweave.db import Database, ExecutionError, QueryResult
 from sqlweave.lm import EarlyStop, batched_samples
 from sqlweave.metrics import has_top_level_order_by, results_match
 from sqlweave.programs.base import resolve_database
-from sqlweave.programs.feedback import FEEDBACK_TIMEOUT_S, execute_quietly, is_empty
-from sqlweave.programs.repair import REPAIR_SCOPES as REPAIR_SCOPES  # re-exported
-from sqlweave.programs.repair import PoolRepair as PoolRepair
-from sqlweave.programs.repair import repair_failed as repair_failed
 from sqlweave.programs.stages import declares
+from sqlweave.programs.stages.feedback import FEEDBACK_TIMEOUT_S, execute_quietly, is_empty
+from sqlweave.programs.stages.repair import REPAIR_SCOPES as REPAIR_SCOPES  # re-exported
+from sqlweave.programs.stages.repair import PoolRepair as PoolRepair
+from sqlweave.programs.stages.repair import repair_failed as repair_failed
 from sqlweave.sqltext import extract_sql
 
 logger = logging.getLogger(__name__)
@@ -459,7 +459,7 @@ class VoteSelector(dspy.Module):
         weights: Sequence[float] | None = None,
         **_: Any,
     ) -> dspy.Prediction:
-        """The vote (the selector protocol, :class:`~sqlweave.programs.roles.Selector`; the
+        """The vote (the selector protocol, :class:`~sqlweave.programs.stages.roles.Selector`; the
         question, evidence and schema are accepted and not read)."""
         # A settling sampler's candidates bring the outcomes its tally had: run only the rest.
         known = candidates.outcomes if isinstance(candidates, Candidates) else None

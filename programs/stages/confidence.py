@@ -2,7 +2,7 @@
 
 A program that draws several candidates already holds what a person needs to know when not to
 trust its answer: how the candidates' executions split, whether the answer's string values are
-stored in the database (:func:`sqlweave.programs.grounding.is_grounded`), whether it returns
+stored in the database (:func:`sqlweave.programs.stages.grounding.is_grounded`), whether it returns
 nothing or only NULLs. :func:`evidence` turns a pool into those numbers
 (:data:`sqlweave.confidence.FEATURES`) and :func:`assess` turns them into the calibrated
 probability that the answer is right (the shipped models of :mod:`sqlweave.confidence`), with
@@ -60,7 +60,7 @@ class Assessment:
 
 
 def _agree_with(result: QueryResult, groups: Sequence[Any]) -> int | None:
-    from sqlweave.programs.voting import equivalent
+    from sqlweave.programs.stages.voting import equivalent
 
     for i, g in enumerate(groups):
         if equivalent(result, g.result, ordered=g.ordered) or equivalent(result, g.result):
@@ -85,8 +85,8 @@ def evidence(
     string values are stored in the database; ``grounded_agree``: the share of the grounded
     candidates that agree with the answer; ``empty``, ``null``, ``one_row``: the answer's shape.
     """
-    from sqlweave.programs.grounding import ValueLookup, is_grounded
-    from sqlweave.programs.voting import execution_groups, ranked_groups
+    from sqlweave.programs.stages.grounding import ValueLookup, is_grounded
+    from sqlweave.programs.stages.voting import execution_groups, ranked_groups
 
     del question  # the features read the pool and the database, not the wording (yet)
     pool = [c for c in candidates if c] or [sql]

@@ -130,7 +130,7 @@ def schema_hint(db: Database, sql: str, error: ExecutionError) -> str:
         return " ".join(hints)
     hints.append(f"{name} is a column of {', '.join(t.name for t in holders[:3])}.")
     if used and not any(t in holders for t in used):
-        from sqlweave.programs.joins import fk_path
+        from sqlweave.programs.stages.joins import fk_path
 
         found = fk_path(schema, [t.name for t in used], [t.name for t in holders], max_hops=3)
         if found is not None:

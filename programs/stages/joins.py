@@ -31,7 +31,7 @@ from sqlglot import exp
 
 from sqlweave.db import Database
 from sqlweave.programs.base import resolve_database
-from sqlweave.programs.resolution import (
+from sqlweave.programs.stages.resolution import (
     Resolver,
     enclosing_selects,
     inside_select_body,

@@ -56,12 +56,12 @@ from typing import Any, Protocol, runtime_checkable
 import dspy
 import numpy as np
 
-from sqlweave.programs.masking import MASK as MASK  # re-exported
-from sqlweave.programs.masking import UNK as UNK
-from sqlweave.programs.masking import database_phrases
-from sqlweave.programs.masking import mask_question as mask_question
-from sqlweave.programs.masking import name_phrase as name_phrase
-from sqlweave.programs.masking import schema_phrases as schema_phrases
+from sqlweave.programs.stages.masking import MASK as MASK  # re-exported
+from sqlweave.programs.stages.masking import UNK as UNK
+from sqlweave.programs.stages.masking import database_phrases
+from sqlweave.programs.stages.masking import mask_question as mask_question
+from sqlweave.programs.stages.masking import name_phrase as name_phrase
+from sqlweave.programs.stages.masking import schema_phrases as schema_phrases
 from sqlweave.registry import Registry
 from sqlweave.sqlstruct import (
     BagIndex,
@@ -295,7 +295,7 @@ class QuestionRetriever(_EmbeddingRetriever):
         return str(_get(example, "question", ""))
 
 
-# --- masked questions (PET-SQL: the masking is sqlweave.programs.masking) ----------------------
+# --- masked questions (PET-SQL: the masking is sqlweave.programs.stages.masking) ----------------------
 
 
 def _schema_names_of(example: Any) -> frozenset[tuple[str, ...]]:

@@ -13,7 +13,7 @@ import dspy
 
 from sqlweave.db import ExecutionError, QueryResult
 from sqlweave.programs import stages as stage_registry
-from sqlweave.programs.roles import Corrector
+from sqlweave.programs.stages.roles import Corrector
 
 #: Where a ``repair`` stage acts on a pool: ``fallback`` only when no candidate runs (a settled
 #: vote is never touched, so a settling sampler stays exact), ``all`` on every failing one.

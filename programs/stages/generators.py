@@ -24,7 +24,7 @@ with hints an LM extracted) need earlier LM calls; they stay inside their progra
 A generator splits its call in two so a caller can sample it: :meth:`PromptGenerator.prompt`
 builds the predictor's inputs once (schema text, values, demos), and the caller runs the
 predictor (``prompt.predictor(**prompt.inputs)``) greedy or sampled, e.g. through a
-:class:`~sqlweave.programs.voting.Sampler`. Calling the generator itself does both, greedily.
+:class:`~sqlweave.programs.stages.voting.Sampler`. Calling the generator itself does both, greedily.
 A new generator is one subclass with :meth:`~PromptGenerator.schema_text` and one
 :func:`register` call.
 """
@@ -46,11 +46,11 @@ from sqlweave.signatures import GenerateSQL
 GENERATORS = Registry(
     "generator",
     {
-        "direct": "sqlweave.programs.generators:DirectGenerator",
-        "dubo_v1": "sqlweave.programs.generators:DuboV1Generator",
-        "dubo_v2": "sqlweave.programs.generators:DuboV2Generator",
-        "sea": "sqlweave.programs.generators:SeaGenerator",
-        "pet": "sqlweave.programs.generators:PetGenerator",
+        "direct": "sqlweave.programs.stages.generators:DirectGenerator",
+        "dubo_v1": "sqlweave.programs.stages.generators:DuboV1Generator",
+        "dubo_v2": "sqlweave.programs.stages.generators:DuboV2Generator",
+        "sea": "sqlweave.programs.stages.generators:SeaGenerator",
+        "pet": "sqlweave.programs.stages.generators:PetGenerator",
     },
 )
 
@@ -234,7 +234,7 @@ class PetGenerator(PromptGenerator):
         self.values_per_column = values_per_column
         self.num_demos = num_demos
         if num_demos:
-            from sqlweave.programs.demos import DemoSource
+            from sqlweave.programs.stages.demos import DemoSource
 
             self.demo_source = DemoSource("masked_question", num_demos)
 
@@ -246,7 +246,7 @@ class PetGenerator(PromptGenerator):
     def demos(self, question: str, db: Database, evidence: str) -> list[Any]:
         if not self.num_demos:
             return []
-        from sqlweave.programs.retrieval import as_demos
+        from sqlweave.programs.stages.retrieval import as_demos
 
         return as_demos(self.demo_source.retrieve(question, db, evidence), dialect=db.dialect)
 

@@ -1,7 +1,7 @@
 """Which schema table and column each name of a query denotes, looking through aliases.
 
-The rule passes (:mod:`sqlweave.programs.rules`) and the join completion
-(:mod:`sqlweave.programs.joins`) both ask of a parsed query: what does this column mean in its
+The rule passes (:mod:`sqlweave.programs.stages.rules`) and the join completion
+(:mod:`sqlweave.programs.stages.joins`) both ask of a parsed query: what does this column mean in its
 scope? A name resolves outward through the SELECTs around it (a correlated subquery reads its
 outer query's sources); a source the schema cannot describe (a subquery, a CTE, an unknown table)
 makes its scope opaque, so an unqualified name there is taken as known rather than wrong.
