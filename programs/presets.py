@@ -9,6 +9,12 @@ built from (``inspect`` shows it).
 
 The default is the preset with the best measured EX whose time per question stays within the
 budget the README states (10 s a question on a 2-core laptop with the bundled 1.5B model).
+
+A preset also names the switches whose best value depends on the database (``space``): the
+decision set chose them on average over 128 databases, and the join repair, for one, is worth
+points on some databases and costs them on others. A switch-search compile that starts from the
+preset with no space of its own (``sqlweave compile --db mine.sqlite --synthesize N``) searches
+those switches on the user's database, the rest staying as the decision set chose them.
 """
 
 from __future__ import annotations
@@ -24,13 +30,15 @@ BUDGET_S_PER_QUESTION = 10.0
 @dataclass(frozen=True)
 class Preset:
     """A named configuration: ``program`` built with ``switches``; ``summary`` says what it
-    does, ``measured`` where its figures come from (docs/results.md)."""
+    does, ``measured`` where its figures come from (docs/results.md); ``space``, the switches a
+    compile on the user's own data searches (module doc), the preset's value first."""
 
     name: str
     program: str
     switches: Mapping[str, Any] = field(default_factory=dict)
     summary: str = ""
     measured: str = ""
+    space: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def describe(self) -> str:
         """One line: the program and its switches."""
@@ -63,6 +71,9 @@ PRESETS: dict[str, Preset] = {
         measured="docs/decisions.md, rule 16: decision set (spider-train-select, 1,000 "
         "questions on 128 databases) 76.6, spider-train-val 79.5, 5.9 s/question; not read on "
         "the reported slices (rule 16b)",
+        # the join repair's worth depends on the database (issue 59: +25 on bird-52's one
+        # database, a lookup join no question asked for on others)
+        space={"repair": ("joins", "none"), "repair_scope": ("fallback", "all")},
     ),
 }
 
@@ -81,6 +92,14 @@ def get_preset(name: str) -> Preset:
         return PRESETS[name]
     except KeyError:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(names())}") from None
+
+
+def search_space(preset: str | None) -> dict[str, list[Any]]:
+    """The switches a compile starting from ``preset`` searches when it is given no space of its
+    own (``{}`` for no preset, or a preset that names none)."""
+    if preset is None:
+        return {}
+    return {switch: list(choices) for switch, choices in get_preset(preset).space.items()}
 
 
 def resolve(

@@ -340,6 +340,19 @@ class Compile:
     how: str = "given"
     databases: list[Database] = field(default_factory=list)
 
+    def _optimizer_options(self) -> dict[str, Any]:
+        """The plan's optimizer options; a switch search from a preset with no space of its own
+        searches the preset's database-dependent switches (:func:`presets.search_space`)."""
+        from sqlweave.optimizers.registry import stage_names
+        from sqlweave.programs.presets import search_space
+
+        options = dict(self.plan.options)
+        if "space" not in options and "search" in stage_names(self.plan.optimizer):
+            space = search_space(self.preset)
+            if space:
+                options["space"] = space
+        return options
+
     def run(self) -> CompiledProgram:
         """Synthesize (when asked), optimize, score on validation; the program and its
         provenance."""
@@ -360,7 +373,7 @@ class Compile:
             checkpoint=plan.checkpoint,
             progress=plan.progress,
             candidates=plan.candidates,
-            **plan.options,
+            **self._optimizer_options(),
         )
         validation = _validate(outcome.program, self.valset or [], progress=plan.progress)
         meta = self._meta(outcome, validation, synthetic)

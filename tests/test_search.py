@@ -459,3 +459,36 @@ def test_cli_validates_on_a_named_slice_of_unseen_databases(
     trainset = eval_slice(pool, n=40, seed=0, stratify=None)
     assert meta["trainset_hash"] == trainset_hash(trainset)
     assert not {ex.db_id for ex in trainset} & {ex.db_id for ex in val}
+
+
+def test_a_search_from_a_preset_searches_its_database_dependent_switches(
+    switch_model: SwitchLM, singers: list[dspy.Example], tmp_path: Path
+) -> None:
+    """Issue 59: a compile from a preset with no --space searches what depends on the database
+    (the preset's ``space``: the join repair and its scope), the other switches as chosen."""
+    from sqlweave.programs.presets import get_preset, search_space
+
+    accurate = get_preset("accurate")
+    assert search_space("accurate") == {
+        "repair": ["joins", "none"],
+        "repair_scope": ["fallback", "all"],
+    }
+    out = tmp_path / "searched.json"
+    args = ["compile", "--preset", "accurate", "--optimizer", "search", "--no-progress"]
+    args += ["--out", str(out), "--trials", "2", "--set", "samples=2"]
+    args += ["--train", str(_questions(tmp_path / "train.json", singers[:2])), "--n-train", "0"]
+    args += ["--val", str(_questions(tmp_path / "val.json", singers[2:]))]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    meta = read_artifact(out)["meta"]
+    assert meta["extra"]["details"]["search"]["space"] == search_space("accurate")
+    assert meta["extra"]["preset"] == "accurate"
+    kept = {k: v for k, v in meta["switches"].items() if k not in accurate.space}
+    assert kept["selector"] == "grounded" and kept["corrector"] == "rules_intersect"
+    # a space given on the command line still wins over the preset's
+    args[args.index(str(out))] = str(tmp_path / "own.json")
+    args += ["--space", "repair=none,joins"]
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0, again.output
+    own = read_artifact(tmp_path / "own.json")["meta"]["extra"]["details"]["search"]["space"]
+    assert own == {"repair": ["none", "joins"]}
