@@ -41,6 +41,7 @@ from sqlweave.failures import endpoint_guard, is_run_failure_record, raise_if_ru
 from sqlweave.metrics import GoldQueryError, check_execution, pred_sql_of, semantics_for
 from sqlweave.records import (
     check_identity,
+    compressed,
     read_records,
     read_run_identity,
     recorded_run_matches,
@@ -433,6 +434,11 @@ def _open_out(
     stale = False
     if out.exists() and not out.is_file():
         raise ValueError(f"{out} is not a regular file; give a file path for the records")
+    if compressed(out) is not None:  # appending beside it would start the run over
+        raise ValueError(
+            f"{out} is kept compressed ({out.name}.gz: a finished run); gunzip it to resume or "
+            "re-run it, or give another path"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     if resume:
         check_identity(out, identity)

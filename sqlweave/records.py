@@ -8,6 +8,7 @@ Readers of finished runs (the report, the experiments' tables) need only this mo
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
@@ -26,11 +27,29 @@ def read_records(path: str | Path, *, repair: bool = False) -> list[dict[str, An
     because it means the file is not ours or was edited.
     """
     path = Path(path)
-    if not path.exists():
+    packed = compressed(path)
+    if not path.exists() and packed is None:
         return []
+    if packed is not None:  # a finished run, committed gzipped: read, never repaired
+        return _parse(path, gzip.decompress(packed.read_bytes()), repair=False)
     if not path.is_file():  # a folder, or a device such as /dev/zero that never ends
         raise ValueError(f"{path} is not a regular file")
-    raw = path.read_bytes()
+    return _parse(path, path.read_bytes(), repair=repair)
+
+
+def compressed(path: str | Path) -> Path | None:
+    """The gzipped copy a finished run's records are kept as (``<path>.gz``, or ``path`` itself
+    when it ends ``.gz``), when ``path`` itself is not there; else None. Large finished record
+    files are committed compressed; their readers name them as they were written."""
+    path = Path(path)
+    if path.suffix == ".gz" and path.is_file():
+        return path
+    packed = path.with_name(path.name + ".gz")
+    return packed if not path.exists() and packed.is_file() else None
+
+
+def _parse(path: Path, raw: bytes, *, repair: bool) -> list[dict[str, Any]]:
+    """Records of ``raw`` (the bytes of ``path``), per :func:`read_records`."""
     lines = raw.split(b"\n")
     records: list[dict[str, Any]] = []
     good_end = 0
