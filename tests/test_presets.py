@@ -89,6 +89,8 @@ def test_programs_lists_presets_with_the_default_marked() -> None:
     result = runner.invoke(app, ["programs"])
     assert result.exit_code == 0
     assert f"{DEFAULT_PRESET} (default):" in result.output and "fast:" in result.output
+    # the switches a compile on the user's own data searches are named under the preset
+    assert "a switch-search compile on your data searches: repair, repair_scope" in result.output
 
 
 def test_an_artefact_records_its_preset_and_inspect_shows_it(tmp_path: Path, spider_root: Path):

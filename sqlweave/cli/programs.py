@@ -78,6 +78,9 @@ def programs_cmd(
         mark = " (default)" if name == DEFAULT_PRESET else ""
         typer.echo(f"{name}{mark}: {preset.summary}")
         typer.echo(f"{'':<10}{preset.describe()}; measured: {preset.measured}")
+        if preset.space:
+            searched = ", ".join(preset.space)
+            typer.echo(f"{'':<10}a switch-search compile on your data searches: {searched}")
     typer.echo("")
     typer.echo("stages per role (--set ROLE=NAME):")
     for role, names in stage_names().items():
