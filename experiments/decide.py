@@ -128,15 +128,6 @@ def _replay(sqls: list[str], question: str, judge: Judge, lookup: ValueLookup) -
     return out
 
 
-def read_table(path: str | Path) -> list[dict[str, Any]]:
-    """A table's rows, from its ``.jsonl`` or (as committed) its gzipped ``.jsonl.gz``."""
-    path = Path(path)
-    if path.suffix == ".gz":
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
-            return [json.loads(line) for line in handle if line.strip()]
-    return list(read_records(path))
-
-
 def compress(path: Path) -> Path:
     """``path`` gzipped beside itself (what is committed: the tables are large), then removed."""
     packed = path.with_name(path.name + ".gz")
@@ -158,7 +149,7 @@ def cmd_table(args: argparse.Namespace) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     packed = out.with_name(out.name + ".gz")
     if packed.exists() and not out.exists():  # a finished table: resume from its rows
-        out.write_text("".join(json.dumps(r) + "\n" for r in read_table(packed)))
+        out.write_text("".join(json.dumps(r) + "\n" for r in read_records(packed)))
     done = {r["question_id"] for r in read_records(out)} if out.exists() else set()
     with out.open("a", encoding="utf-8") as handle:
         for record in tqdm(records, desc="table", unit="q"):
@@ -367,9 +358,9 @@ def rule16a(p07: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def cmd_rule16(args: argparse.Namespace) -> None:
-    p07 = read_table(args.p07)
+    p07 = read_records(args.p07)
     if args.p10:
-        result, name = rule16(p07, read_table(args.p10)), "rule16.json"
+        result, name = rule16(p07, read_records(args.p10)), "rule16.json"
     else:
         result, name = rule16a(p07), "rule16a.json"
     out = RESULTS / name
@@ -385,7 +376,7 @@ def design_verdicts(table: Sequence[dict[str, Any]], design: str) -> dict[str, b
 
 def cmd_read(args: argparse.Namespace) -> None:
     """One design's figures on a slice's table, beside recorded runs (``--against``)."""
-    table = read_table(args.table)
+    table = read_records(args.table)
     got = design_verdicts(table, args.design)
     scope, _, corrector = args.design.split("|")
     oracle = [r[scope][f"oracle|{corrector}"] for r in table]
