@@ -22,7 +22,10 @@ LATER_PROVENANCE = ("response_cache",)
 
 
 def model_tag(model: str) -> str:
-    """A model's short name in file names (``local:qwen2.5-coder-1.5b`` -> ``1.5b``)."""
+    """A model's short name in the lab's file names (``local:qwen2.5-coder-1.5b`` -> ``1.5b``).
+
+    Not :func:`sqlweave.cli.runs.model_tag` (the CLI's ``qwen2.5-coder-1.5b``): every committed
+    record under ``experiments/results/`` is named with this one, so it cannot change."""
     return model.split(":")[-1].replace("/", "_").replace("qwen2.5-coder-", "")
 
 
