@@ -12,9 +12,15 @@ fitted selector can be scored out of fold (five folds by database) afterwards.
 
     python experiments/decide.py table RUN.jsonl --slice spider-train-select --limit 1000
     python experiments/decide.py rule16 --p07 P07.table.jsonl --p10 P10.table.jsonl
+    python experiments/decide.py rule18 --p07 P07.table.jsonl --w W.table.jsonl \
+        --p10 P10.table.jsonl [--union UNION.table.jsonl]
+    python experiments/decide.py union P07.jsonl W.jsonl --slice spider-train-select --limit 1000
 
 ``table`` writes ``experiments/results/decisions/<run>.table.jsonl`` (one line a question,
-resumable), gzipped when done (``.table.jsonl.gz``, what is committed); ``rule16`` prints each step's comparison and writes ``rule16.json`` beside it.
+resumable), gzipped when done (``.table.jsonl.gz``, what is committed); ``rule16`` prints each step's comparison and writes ``rule16.json`` beside it; ``rule18``
+(a wider pool W against P0.7, both with rule 16's selection) writes ``rule18.json``; ``union``
+pools two runs' candidates question by question (a records file ``table`` can read) so the
+union's oracle and selection are replayed exactly, not guessed from the two pools' figures.
 """
 
 from __future__ import annotations
@@ -368,6 +374,109 @@ def cmd_rule16(args: argparse.Namespace) -> None:
     print(f"wrote {out}")
 
 
+#: Rule 16's adopted selection (repair scope, selector, corrector), what rule 18 replays.
+RULE16_DESIGN = "fallback|grounded|rules_intersect"
+
+
+def _shared(*tables: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    keep = set.intersection(*({r["question_id"] for r in t} for t in tables))
+    return [[r for r in t if r["question_id"] in keep] for t in tables]
+
+
+def _oracles(table: Sequence[dict[str, Any]], corrector: str) -> dict[str, float]:
+    return {s: round(100 * float(np.mean([r[s][f"oracle|{corrector}"] for r in table])), 1)
+            for s in SCOPES}  # fmt: skip
+
+
+def rule18(
+    p07: list[dict[str, Any]],
+    w: list[dict[str, Any]],
+    p10: list[dict[str, Any]] | None = None,
+    union: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Rule 18 (docs/decisions.md): W against P0.7 with rule 16's selection, on the questions
+    both hold; adopted if ahead with p < 0.05. The rest is reported and decides nothing."""
+    p07, w = _shared(p07, w)
+    out = _header({"W": w})
+    scope, _, corrector = RULE16_DESIGN.split("|")
+    print(f"rule 18: W against P0.7, both {RULE16_DESIGN}")
+    got_w, got_p = design_verdicts(w, RULE16_DESIGN), design_verdicts(p07, RULE16_DESIGN)
+    line = _line("W", got_w, got_p, "P0.7")
+    out["decision"] = {"line": line, "adopted": "W" if ahead(line) else "P0.7"}
+    print(f"adopted: {out['decision']['adopted']}")
+    print("deciding nothing:")
+    pools = {"W": w, "P0.7": p07}
+    if union:
+        pools["union"] = [r for r in union if r["question_id"] in got_w]
+    out["pools"] = {}
+    for name, table in pools.items():
+        got = design_verdicts(table, RULE16_DESIGN)
+        ex = round(100 * float(np.mean(list(got.values()))), 1)
+        oracle = _oracles(table, corrector)
+        out["pools"][name] = {
+            "n": len(got),
+            "ex": ex,
+            "oracle": oracle,
+            "selection_gap": round(oracle[scope] - ex, 1),
+            "vote_ex": round(100 * float(np.mean(list(
+                design_verdicts(table, f"{scope}|vote|{corrector}").values()))), 1),
+        }  # fmt: skip
+        print(
+            f"  {name}: EX {ex}, oracle by scope {oracle}, gap {out['pools'][name]['selection_gap']}"
+        )
+    reported = []
+    if union:
+        reported.append(_line("union (16 calls)", design_verdicts(pools["union"], RULE16_DESIGN),
+                              got_w, "W"))  # fmt: skip
+    if p10:
+        best = {r["question_id"]: bool(r["all"]["grounded|rules_intersect"]) for r in p10}
+        best = {q: v for q, v in best.items() if q in got_w}
+        reported.append(_line("W", {q: got_w[q] for q in best}, best, "today's dev-best (P1.0)"))
+    artefact = design_verdicts(p07, "none|vote|rules")
+    reported.append(
+        _line("W", got_w, artefact, "the compiled direct artefact (P0.7, none, vote, rules)")
+    )
+    out["reported"] = reported
+    return out
+
+
+def cmd_rule18(args: argparse.Namespace) -> None:
+    result = rule18(
+        read_records(args.p07),
+        read_records(args.w),
+        read_records(args.p10) if args.p10 else None,
+        read_records(args.union) if args.union else None,
+    )
+    out = RESULTS / "rule18.json"
+    out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+
+
+def union_records(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per question both runs hold: ``a``'s record with ``b``'s candidates appended (the pool of
+    both programs' LM calls, every candidate one vote)."""
+    other = {str(r["question_id"]): r for r in b if r.get("candidates")}
+    return [
+        {
+            **r,
+            "candidates": list(r["candidates"]) + list(other[str(r["question_id"])]["candidates"]),
+        }
+        for r in a
+        if r.get("candidates") and str(r["question_id"]) in other
+    ]
+
+
+def cmd_union(args: argparse.Namespace) -> None:
+    a, b = Path(args.a), Path(args.b)
+    name = args.name or f"union__{a.name.split('__')[1]}+{b.name.split('__')[1]}"
+    out = RESULTS / f"{name}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows = union_records(read_records(a), read_records(b))
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    print(f"wrote {out} ({len(rows)} questions); replay it with: decide.py table {out} "
+          f"--slice {args.slice}")  # fmt: skip
+
+
 def design_verdicts(table: Sequence[dict[str, Any]], design: str) -> dict[str, bool]:
     """``"scope|selector|corrector"`` (e.g. ``"fallback|grounded|rules_intersect"``) replayed."""
     scope, selector, corrector = design.split("|")
@@ -413,6 +522,18 @@ def main() -> None:
     r.add_argument("--p07", required=True)
     r.add_argument("--p10", default="", help="without it: rule 16a (steps 2-5 on P0.7)")
     r.set_defaults(func=cmd_rule16)
+    r18 = sub.add_parser("rule18", help="rule 18: a wider pool W against P0.7")
+    r18.add_argument("--p07", required=True)
+    r18.add_argument("--w", required=True)
+    r18.add_argument("--p10", default="", help="reported: W against today's dev-best")
+    r18.add_argument("--union", default="", help="reported: the union's table (see union)")
+    r18.set_defaults(func=cmd_rule18)
+    u = sub.add_parser("union", help="two runs' candidates pooled per question, for table")
+    u.add_argument("a")
+    u.add_argument("b")
+    u.add_argument("--slice", required=True)
+    u.add_argument("--name", default="")
+    u.set_defaults(func=cmd_union)
     d = sub.add_parser("read", help="one design's figures on a table, beside recorded runs")
     d.add_argument("table")
     d.add_argument("--design", required=True, help="scope|selector|corrector")
