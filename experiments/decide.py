@@ -97,13 +97,35 @@ def question_row(record: dict[str, Any], example: Any) -> dict[str, Any]:
         cands = scoped(record["candidates"], scope, judge)
         key = tuple(c["sql"] for c in cands)
         if key not in memo:
-            memo[key] = _replay(list(key), question, judge, lookup)
+            origins = [str(c.get("origin") or "") for c in cands]
+            memo[key] = _replay(list(key), question, judge, lookup, origins)
         row[scope] = memo[key]
     judge.db.close()
     return row
 
 
-def _replay(sqls: list[str], question: str, judge: Judge, lookup: ValueLookup) -> dict[str, Any]:
+def origin_features(
+    origins: Sequence[str], groups: Sequence[ExecutionGroup]
+) -> list[dict[str, float]]:
+    """Per class (rule 18a): ``origin_share``, the share of the pool's generators (an origin's
+    part before ``:``, e.g. ``direct`` or ``dubo_v1``) among its members, and ``origin_greedy``,
+    its share of the pool's greedy candidates. Two programs reading different evidence that
+    agree on a result is evidence a single program's vote cannot give."""
+    gens = {o.split(":")[0] for o in origins}
+    greedy = [":greedy" in o for o in origins]
+    n_greedy = sum(greedy)
+    return [
+        {
+            "origin_share": len({origins[i].split(":")[0] for i in g.members}) / len(gens),
+            "origin_greedy": sum(greedy[i] for i in g.members) / n_greedy if n_greedy else 0.0,
+        }
+        for g in groups
+    ]
+
+
+def _replay(
+    sqls: list[str], question: str, judge: Judge, lookup: ValueLookup, origins: Sequence[str]
+) -> dict[str, Any]:
     if not sqls:  # scope none, every candidate repaired: none of the originals ran
         wrong = {f"{s}|{c}": False for s in ("vote", "grounded", "oracle") for c in CORRECTORS}
         return {"n": 0, **wrong, "classes": []}
@@ -121,11 +143,14 @@ def _replay(sqls: list[str], question: str, judge: Judge, lookup: ValueLookup) -
     if groups:
         order = {id(g): i for i, g in enumerate(ranked_groups(groups))}
         feats = class_features(question, sqls, groups)
-        for g, f, gf in zip(groups, feats, ground_features(sqls, groups, lookup), strict=True):
+        grounds = ground_features(sqls, groups, lookup)
+        for g, f, gf, of in zip(
+            groups, feats, grounds, origin_features(origins, groups), strict=True
+        ):
             rep = sqls[g.first]
             classes.append(
                 {
-                    "features": {**f, **gf},
+                    "features": {**f, **gf, **of},
                     "vote_rank": order[id(g)],
                     **{f"correct|{c}": right(rep) for c, right in verdict.items()},
                 }
@@ -203,7 +228,10 @@ def _drop(rows: Sequence[dict[str, Any]], groups: Sequence[str]) -> list[str]:
 
 
 def _group(name: str, group_of: Any) -> str:
-    return "ground" if name.startswith("ground_") else group_of(name)
+    for prefix in ("ground", "origin"):
+        if name.startswith(prefix + "_"):
+            return prefix
+    return group_of(name)
 
 
 def fitted_choice(row: Mapping[str, Any], weights: Mapping[str, float], corrector: str) -> bool:
@@ -217,11 +245,14 @@ def fitted_choice(row: Mapping[str, Any], weights: Mapping[str, float], correcto
 
 
 def out_of_fold(
-    table: Sequence[dict[str, Any]], scope: str, corrector: str
+    table: Sequence[dict[str, Any]],
+    scope: str,
+    corrector: str,
+    groups: Sequence[str] = FITTED_GROUPS,
 ) -> tuple[dict[str, bool], dict[str, float]]:
     """The fitted selector's verdicts out of fold, and the weights fitted on the whole table."""
     rows = _fit_rows(table, scope, corrector)
-    drop = _drop(rows, FITTED_GROUPS)
+    drop = _drop(rows, groups)
     fold = folds_by_db(table)
     got: dict[str, bool] = {}
     for k in range(5):
@@ -376,6 +407,8 @@ def cmd_rule16(args: argparse.Namespace) -> None:
 
 #: Rule 16's adopted selection (repair scope, selector, corrector), what rule 18 replays.
 RULE16_DESIGN = "fallback|grounded|rules_intersect"
+#: Rule 18a's feature groups: rule 16's and the two programs' agreement (:func:`origin_features`).
+RULE18A_GROUPS = (*FITTED_GROUPS, "origin")
 
 
 def _shared(*tables: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -402,8 +435,20 @@ def rule18(
     print(f"rule 18: W against P0.7, both {RULE16_DESIGN}")
     got_w, got_p = design_verdicts(w, RULE16_DESIGN), design_verdicts(p07, RULE16_DESIGN)
     line = _line("W", got_w, got_p, "P0.7")
-    out["decision"] = {"line": line, "adopted": "W" if ahead(line) else "P0.7"}
-    print(f"adopted: {out['decision']['adopted']}")
+    kept = "W" if ahead(line) else "P0.7"
+    out["decision"] = {"line": line, "adopted": kept}
+    print(f"adopted: {kept}")
+    print(f"rule 18a: the fitted selector on W, out of fold ({scope}, {corrector}, "
+          f"groups {'+'.join(RULE18A_GROUPS)}), against {kept} with {RULE16_DESIGN}")  # fmt: skip
+    oof, weights = out_of_fold(w, scope, corrector, RULE18A_GROUPS)
+    fitted = _line("W fitted", oof, got_w if kept == "W" else got_p, kept)
+    out["fitted"] = {
+        "line": fitted,
+        "groups": list(RULE18A_GROUPS),
+        "adopted": ahead(fitted),
+        "weights": weights,
+    }
+    print(f"adopted: {'W with the fitted selector' if ahead(fitted) else kept}")
     print("deciding nothing:")
     pools = {"W": w, "P0.7": p07}
     if union:
