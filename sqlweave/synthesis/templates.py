@@ -4,13 +4,19 @@ columns and *stored* values, drawn with a seeded RNG (step 1 of :mod:`sqlweave.s
 A template is ``(name, level, fill)``: ``fill`` takes a :class:`Draw` and returns the SQL and its
 meaning in plain words, or None when this schema has nothing to fill it with. No LM call, no
 gold question: what is kept is decided by :mod:`sqlweave.synthesis.drafts`.
+
+Each template is one row of :data:`_TABLE`: the steps that draw its parts, in order, and two
+format strings over those parts, its SQL and its meaning (``{t}`` writes a drawn name as SQL,
+``{t:w}`` as words). What every template does alike (draw, give up on a miss, format) is written
+once, in :class:`_Fill` and the shared steps, so a row says only what is its own. The steps make
+their RNG calls in the order a seed has always drawn them: a seed draws the same queries.
 """
 
 from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,11 +118,6 @@ def _lit(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def _c(table: Table, column: Column | str, alias: str | None = None) -> str:
-    name = column if isinstance(column, str) else column.name
-    return f"{alias}.{ident(name)}" if alias else ident(name)
-
-
 def _t(table: Table) -> str:
     return ident(table.name)
 
@@ -124,14 +125,6 @@ def _t(table: Table) -> str:
 def _joined(j: Join) -> str:
     """``child AS T1 JOIN parent AS T2 ON T1.fk = T2.pk``: the one join every template writes."""
     return f"{_t(j.child)} AS T1 JOIN {_t(j.parent)} AS T2 ON T1.{ident(j.fk)} = T2.{ident(j.pk)}"
-
-
-# --- the templates: (name, level, fill) --------------------------------------------------------
-# Each fill takes a Draw and returns (SQL, meaning), or None when this schema has nothing to fill
-# it with. The meaning says in plain words what the SQL returns, built from the same drawn parts:
-# the question writer paraphrases it instead of reading the SQL alone, which a 1.5B model misreads
-# most on the templates whose meaning its surface hides (a HAVING read as a count, a count of
-# child rows named as a count of the parents, EXCEPT read as a range).
 
 
 Filled = tuple[str, str]
@@ -146,259 +139,327 @@ def _words(name: str) -> str:
     return " ".join(re.sub(r"[_\-.]+", " ", spaced).split()).lower()
 
 
-_AGG_WORDS = {"avg": "average", "max": "largest", "min": "smallest", "sum": "total"}
-_OP_WORDS = {">": "greater than", "<": "less than", ">=": "at least"}
+# --- the parts a template is filled with -------------------------------------------------------
+# The meaning says in plain words what the SQL returns, built from the same drawn parts: the
+# question writer paraphrases it instead of reading the SQL alone, which a 1.5B model misreads
+# most on the templates whose meaning its surface hides (a HAVING read as a count, a count of
+# child rows named as a count of the parents, EXCEPT read as a range).
+
+Parts = dict[str, Any]
+"""What a template's steps have drawn so far, by name: tables, columns, literals, tokens."""
+
+Step = Callable[[Draw, Parts], "Parts | None"]
+"""Draws more parts, given those drawn so far; None when this schema cannot fill the template."""
 
 
-def _count(d: Draw) -> Filled | None:
+class _Name(str):
+    """A table or column name: a quoted identifier in SQL (``{t}``), words in a meaning
+    (``{t:w}``), so that one format string cannot name a part two ways."""
+
+    def __format__(self, spec: str) -> str:
+        return _words(self) if spec == "w" else ident(self)
+
+
+@dataclass(frozen=True)
+class _Token:
+    """A drawn SQL token (an operator, a sort order, an aggregate): ``{op}`` writes the token,
+    ``{op:w}`` how the meaning says it."""
+
+    sql: Any
+    words: str
+
+    def __format__(self, spec: str) -> str:
+        return self.words if spec == "w" else str(self.sql)
+
+
+def _rendered(parts: Parts) -> Parts:
+    """``parts`` for a format string: drawn tables and columns become :class:`_Name`."""
+    return {k: _Name(v.name) if isinstance(v, Table | Column) else v for k, v in parts.items()}
+
+
+def _table(d: Draw, parts: Parts) -> Parts | None:
     t = d.table()
-    if not t:
-        return None
-    return f"SELECT count(*) FROM {_t(t)}", f"how many rows the {_words(t.name)} table has"
+    return {"t": t} if t else None
 
 
-def _project_filter(d: Draw) -> Filled | None:
-    t = d.table()
-    if not t:
-        return None
-    shown, where = d.column(t, "text"), d.column(t)
-    if not shown or not where or shown == where:
-        return None
-    value = d.value(where)
-    if value is None:
-        return None
-    return (
-        f"SELECT {_c(t, shown)} FROM {_t(t)} WHERE {_c(t, where)} = {_lit(value)}",
-        f"the {_words(shown.name)} of every {_words(t.name)} row whose {_words(where.name)} is "
-        f"{_lit(value)}",
-    )
+def _table_with(kind: str, key: str) -> Step:
+    """A table (``t``) and one of its non-key ``kind`` columns (``key``)."""
+
+    def step(d: Draw, parts: Parts) -> Parts | None:
+        t = d.table()
+        column = d.column(t, kind) if t else None
+        return {"t": t, key: column} if column else None
+
+    return step
 
 
-def _aggregate(d: Draw) -> Filled | None:
-    t = d.table()
-    n = d.column(t, "number") if t else None
-    if not n:
-        return None
-    fa, fb = d.rng.sample(["avg", "max", "min", "sum"], 2)
-    return (
-        f"SELECT {fa}({_c(t, n)}), {fb}({_c(t, n)}) FROM {_t(t)}",
-        f"the {_AGG_WORDS[fa]} and the {_AGG_WORDS[fb]} {_words(n.name)} over all "
-        f"{_words(t.name)} rows",
-    )
-
-
-def _count_compare(d: Draw) -> Filled | None:
-    t = d.table()
-    n = d.column(t, "number") if t else None
-    value = d.value(n) if n else None
-    if value is None:
-        return None
-    op = d.rng.choice([">", "<", ">="])
-    return (
-        f"SELECT count(*) FROM {_t(t)} WHERE {_c(t, n)} {op} {_lit(value)}",
-        f"how many {_words(t.name)} rows have a {_words(n.name)} {_OP_WORDS[op]} {_lit(value)}",
-    )
-
-
-def _group_count(d: Draw) -> Filled | None:
-    t = d.table()
-    g = d.column(t, "text") if t else None
-    if not g:
-        return None
-    return (
-        f"SELECT {_c(t, g)}, count(*) FROM {_t(t)} GROUP BY {_c(t, g)}",
-        f"each different {_words(g.name)} in {_words(t.name)}, with how many "
-        f"{_words(t.name)} rows have it",
-    )
-
-
-def _top(d: Draw) -> Filled | None:
+def _labelled_numbers(d: Draw, parts: Parts) -> Parts | None:
+    """:meth:`Draw.labelled_numbers` as ``t``, ``shown`` and ``n``."""
     drawn = d.labelled_numbers()
-    if not drawn:
-        return None
-    t, shown, n = drawn
-    order = d.rng.choice(["DESC", "ASC"])
-    most = "largest" if order == "DESC" else "smallest"
-    return (
-        f"SELECT {_c(t, shown)} FROM {_t(t)} ORDER BY {_c(t, n)} {order} LIMIT 1",
-        f"the {_words(shown.name)} of the {_words(t.name)} row with the {most} {_words(n.name)}",
-    )
+    return dict(zip(("t", "shown", "n"), drawn, strict=True)) if drawn else None
 
 
-def _join_filter(d: Draw) -> Filled | None:
+def _join_parts(j: Join) -> Parts:
+    """A join's tables (``child``, ``parent``), keys (``fk``, ``pk``) and clause (``join``)."""
+    return {
+        "child": j.child,
+        "parent": j.parent,
+        "fk": _Name(j.fk),
+        "pk": _Name(j.pk),
+        "join": _joined(j),
+    }
+
+
+def _join(d: Draw, parts: Parts) -> Parts | None:
     j = d.join()
-    if not j:
-        return None
-    shown, where = d.column(j.child, "text"), d.column(j.parent, "text")
-    value = d.value(where) if where else None
-    if not shown or value is None:
-        return None
-    return (
-        f"SELECT T1.{ident(shown.name)} FROM {_joined(j)} "
-        f"WHERE T2.{ident(where.name)} = {_lit(value)}",
-        f"the {_words(shown.name)} of every {_words(j.child.name)} row whose linked "
-        f"{_words(j.parent.name)} row has the {_words(where.name)} {_lit(value)}",
-    )
+    return _join_parts(j) if j else None
 
 
-def _join_group(d: Draw) -> Filled | None:
+def _joined_label(d: Draw, parts: Parts) -> Parts | None:
+    """:meth:`Draw.joined_label`: a join and the parent's text column it shows (``label``)."""
     drawn = d.joined_label()
-    if not drawn:
-        return None
-    j, shown = drawn
-    child, parent = _words(j.child.name), _words(j.parent.name)
-    return (
-        f"SELECT T2.{ident(shown.name)}, count(*) FROM {_joined(j)} GROUP BY T2.{ident(j.pk)}",
-        f"for each {parent} row that {child} rows refer to: its {_words(shown.name)} and how "
-        f"many {child} rows refer to it (a count of {child} rows)",
-    )
+    return {**_join_parts(drawn[0]), "label": drawn[1]} if drawn else None
 
 
-def _having(d: Draw) -> Filled | None:
-    t = d.table()
-    g = d.column(t, "text") if t else None
-    if not g:
-        return None
-    k = d.rng.choice([1, 2])
-    return (
-        f"SELECT {_c(t, g)} FROM {_t(t)} GROUP BY {_c(t, g)} HAVING count(*) > {k}",
-        f"the {_words(g.name)} values that more than {k} {_words(t.name)} rows share "
-        f"(the values themselves, not a count)",
-    )
-
-
-def _above_average(d: Draw) -> Filled | None:
-    drawn = d.labelled_numbers()
-    if not drawn:
-        return None
-    t, shown, n = drawn
-    op = d.rng.choice([">", "<"])
-    side = "above" if op == ">" else "below"
-    return (
-        f"SELECT {_c(t, shown)} FROM {_t(t)} WHERE {_c(t, n)} {op} "
-        f"(SELECT avg({_c(t, n)}) FROM {_t(t)})",
-        f"the {_words(shown.name)} of every {_words(t.name)} row whose {_words(n.name)} is "
-        f"{side} the average {_words(n.name)} of all {_words(t.name)} rows",
-    )
-
-
-def _without(d: Draw) -> Filled | None:
-    drawn = d.joined_label()
-    if not drawn:
-        return None
-    j, shown = drawn
-    return (
-        f"SELECT {ident(shown.name)} FROM {_t(j.parent)} WHERE {ident(j.pk)} NOT IN "
-        f"(SELECT {ident(j.fk)} FROM {_t(j.child)})",
-        f"the {_words(shown.name)} of every {_words(j.parent.name)} row that no "
-        f"{_words(j.child.name)} row refers to",
-    )
-
-
-def _join_top(d: Draw) -> Filled | None:
-    drawn = d.joined_label()
-    if not drawn:
-        return None
-    j, shown = drawn
-    child, parent = _words(j.child.name), _words(j.parent.name)
-    return (
-        f"SELECT T2.{ident(shown.name)} FROM {_joined(j)} GROUP BY T2.{ident(j.pk)} "
-        f"ORDER BY count(*) DESC LIMIT 1",
-        f"the {_words(shown.name)} of the {parent} row that the most {child} rows refer to "
-        f"(counting {child} rows)",
-    )
-
-
-def _join_project(d: Draw) -> Filled | None:
-    """Columns of both joined tables, filtered on another of the child's columns: the question
-    names what it wants from each table, and the SQL must join to give both."""
-    drawn = d.joined_label()
-    if not drawn:
-        return None
-    j, parent_shown = drawn
-    shown, where = d.column(j.child, "text"), d.column(j.child)
-    value = d.value(where) if where else None
-    if not shown or value is None or where == shown:
-        return None
-    op = d.rng.choice([">", "<", ">="]) if where.kind == "number" else "="
-    said = _OP_WORDS.get(op, "")
-    return (
-        f"SELECT T1.{ident(shown.name)}, T2.{ident(parent_shown.name)} FROM {_joined(j)} "
-        f"WHERE T1.{ident(where.name)} {op} {_lit(value)}",
-        f"the {_words(shown.name)} of every {_words(j.child.name)} row whose "
-        f"{_words(where.name)} is {said + ' ' if said else ''}{_lit(value)}, each with the "
-        f"{_words(parent_shown.name)} of the {_words(j.parent.name)} row it refers to",
-    )
-
-
-def _bridge(d: Draw) -> Filled | None:
-    """Rows of one table reached from a value of another through a link table (three tables,
-    two keys): where a small model most often names a column of a table it never joined."""
+def _bridge(d: Draw, parts: Parts) -> Parts | None:
+    """:meth:`Draw.bridge`: tables ``a`` and ``b`` through the link table ``link``."""
     drawn = d.bridge()
     if not drawn:
         return None
     to_a, to_b = drawn
-    shown, where = d.column(to_a.parent, "text"), d.column(to_b.parent, "text")
-    value = d.value(where) if where else None
-    if not shown or value is None:
+    return {
+        "a": to_a.parent,
+        "link": to_a.child,
+        "b": to_b.parent,
+        "a_pk": _Name(to_a.pk),
+        "a_fk": _Name(to_a.fk),
+        "b_fk": _Name(to_b.fk),
+        "b_pk": _Name(to_b.pk),
+    }
+
+
+def _filter(shown_in: str, where_in: str, kind: str | None = "text") -> Step:
+    """A text column of the table drawn as ``shown_in`` to show, and a stored value of a
+    ``kind`` column of ``where_in`` to filter on. Both columns are drawn before either is
+    checked: a miss spends the RNG as a hit does."""
+
+    def step(d: Draw, parts: Parts) -> Parts | None:
+        shown, where = d.column(parts[shown_in], "text"), d.column(parts[where_in], kind)
+        value = d.value(where) if where else None
+        if not shown or value is None:
+            return None
+        return {"shown": shown, "where": where, "value": _lit(value)}
+
+    return step
+
+
+def _other_column(d: Draw, parts: Parts) -> Parts | None:
+    """A text column of ``t`` to show and a stored value of another of its columns."""
+    t = parts["t"]
+    shown, where = d.column(t, "text"), d.column(t)
+    if not shown or not where or shown == where:
         return None
-    a, link, b = to_a.parent, to_a.child, to_b.parent
-    return (
-        f"SELECT T1.{ident(shown.name)} FROM {_t(a)} AS T1 JOIN {_t(link)} AS T2 "
-        f"ON T1.{ident(to_a.pk)} = T2.{ident(to_a.fk)} JOIN {_t(b)} AS T3 "
-        f"ON T2.{ident(to_b.fk)} = T3.{ident(to_b.pk)} WHERE T3.{ident(where.name)} = "
-        f"{_lit(value)}",
-        f"the {_words(shown.name)} of every {_words(a.name)} row that a {_words(link.name)} "
-        f"row links to a {_words(b.name)} row whose {_words(where.name)} is {_lit(value)} "
-        f"(once per such link)",
-    )
+    value = d.value(where)
+    return None if value is None else {"shown": shown, "where": where, "value": _lit(value)}
+
+
+def _value_of(key: str) -> Step:
+    """A stored value (``value``) of the column drawn as ``key``."""
+
+    def step(d: Draw, parts: Parts) -> Parts | None:
+        value = d.value(parts[key])
+        return None if value is None else {"value": _lit(value)}
+
+    return step
+
+
+def _bounds(d: Draw, parts: Parts) -> Parts | None:
+    """Two stored values of ``n``: ``lo`` and ``hi``."""
+    lo, hi = d.value(parts["n"]), d.value(parts["n"])
+    return None if lo is None or hi is None else {"lo": _lit(lo), "hi": _lit(hi)}
+
+
+def _pick(key: str, words: Mapping[Any, str]) -> Step:
+    """One of ``words``' tokens, drawn with the RNG, with its words."""
+
+    def step(d: Draw, parts: Parts) -> Parts:
+        token = d.rng.choice(list(words))
+        return {key: _Token(token, words[token])}
+
+    return step
+
+
+_AGG_WORDS = {"avg": "average", "max": "largest", "min": "smallest", "sum": "total"}
+_OP_WORDS = {">": "greater than", "<": "less than", ">=": "at least"}
+
+
+def _two_aggregates(d: Draw, parts: Parts) -> Parts:
+    fa, fb = d.rng.sample(list(_AGG_WORDS), 2)
+    return {"fa": _Token(fa, _AGG_WORDS[fa]), "fb": _Token(fb, _AGG_WORDS[fb])}
+
+
+def _compared(d: Draw, parts: Parts) -> Parts | None:
+    """How ``where`` is compared: by size on a number column, else equal; never ``shown``
+    itself. Its words end in a space, or are none for ``=``."""
+    where = parts["where"]
+    if where == parts["shown"]:
+        return None
+    op = d.rng.choice(list(_OP_WORDS)) if where.kind == "number" else "="
+    said = _OP_WORDS.get(op, "")
+    return {"op": _Token(op, said + " " if said else "")}
 
 
 _SET_WORDS = {
-    "INTERSECT": "the {s} values found both among {t} rows with {w} greater than {lo} and "
-    "among {t} rows with {w} less than {hi}",
-    "EXCEPT": "the {s} values of {t} rows with {w} greater than {lo}, leaving out every {s} "
-    "that also belongs to some {t} row with {w} less than {hi}",
-    "UNION": "the {s} values of {t} rows with {w} greater than {lo} or less than {hi}",
+    "INTERSECT": "the {shown:w} values found both among {t:w} rows with {n:w} greater than {lo} "
+    "and among {t:w} rows with {n:w} less than {hi}",
+    "EXCEPT": "the {shown:w} values of {t:w} rows with {n:w} greater than {lo}, leaving out every "
+    "{shown:w} that also belongs to some {t:w} row with {n:w} less than {hi}",
+    "UNION": "the {shown:w} values of {t:w} rows with {n:w} greater than {lo} or less than {hi}",
 }
 
 
-def _both(d: Draw) -> Filled | None:
-    drawn = d.labelled_numbers()
-    if not drawn:
-        return None
-    t, shown, where = drawn
-    lo, hi = d.value(where), d.value(where)
-    if lo is None or hi is None:
-        return None
-    op = d.rng.choice(["INTERSECT", "EXCEPT", "UNION"])
-    meaning = _SET_WORDS[op].format(
-        s=_words(shown.name), t=_words(t.name), w=_words(where.name), lo=_lit(lo), hi=_lit(hi)
-    )
-    return (
-        f"SELECT {_c(t, shown)} FROM {_t(t)} WHERE {_c(t, where)} > {_lit(lo)} {op} "
-        f"SELECT {_c(t, shown)} FROM {_t(t)} WHERE {_c(t, where)} < {_lit(hi)}",
-        meaning,
-    )
+def _set_op(d: Draw, parts: Parts) -> Parts:
+    """A set operator; its words are the whole meaning, which differs by operator."""
+    op = d.rng.choice(list(_SET_WORDS))
+    return {"op": _Token(op, _SET_WORDS[op].format_map(_rendered(parts)))}
 
+
+# --- the templates -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Fill:
+    """A template's fill: its steps in order (the first None gives up), then its SQL and its
+    meaning formatted from the parts they drew."""
+
+    steps: tuple[Step, ...]
+    sql: str
+    meaning: str
+
+    def __call__(self, d: Draw) -> Filled | None:
+        parts: Parts = {}
+        for step in self.steps:
+            more = step(d, parts)
+            if more is None:
+                return None
+            parts.update(more)
+        shown = _rendered(parts)
+        return self.sql.format_map(shown), self.meaning.format_map(shown)
+
+
+_TABLE: tuple[tuple[str, str, tuple[Step, ...], str, str], ...] = (
+    # name, level, steps, SQL, meaning
+    ("count", "easy", (_table,), "SELECT count(*) FROM {t}", "how many rows the {t:w} table has"),
+    (
+        "project_filter",
+        "easy",
+        (_table, _other_column),
+        "SELECT {shown} FROM {t} WHERE {where} = {value}",
+        "the {shown:w} of every {t:w} row whose {where:w} is {value}",
+    ),
+    (
+        "aggregate",
+        "easy",
+        (_table_with("number", "n"), _two_aggregates),
+        "SELECT {fa}({n}), {fb}({n}) FROM {t}",
+        "the {fa:w} and the {fb:w} {n:w} over all {t:w} rows",
+    ),
+    (
+        "count_compare",
+        "easy",
+        (_table_with("number", "n"), _value_of("n"), _pick("op", _OP_WORDS)),
+        "SELECT count(*) FROM {t} WHERE {n} {op} {value}",
+        "how many {t:w} rows have a {n:w} {op:w} {value}",
+    ),
+    (
+        "group_count",
+        "medium",
+        (_table_with("text", "g"),),
+        "SELECT {g}, count(*) FROM {t} GROUP BY {g}",
+        "each different {g:w} in {t:w}, with how many {t:w} rows have it",
+    ),
+    (
+        "top",
+        "medium",
+        (_labelled_numbers, _pick("order", {"DESC": "largest", "ASC": "smallest"})),
+        "SELECT {shown} FROM {t} ORDER BY {n} {order} LIMIT 1",
+        "the {shown:w} of the {t:w} row with the {order:w} {n:w}",
+    ),
+    (
+        "join_filter",
+        "medium",
+        (_join, _filter("child", "parent")),
+        "SELECT T1.{shown} FROM {join} WHERE T2.{where} = {value}",
+        "the {shown:w} of every {child:w} row whose linked {parent:w} row has the {where:w} "
+        "{value}",
+    ),
+    (
+        "join_group",
+        "medium",
+        (_joined_label,),
+        "SELECT T2.{label}, count(*) FROM {join} GROUP BY T2.{pk}",
+        "for each {parent:w} row that {child:w} rows refer to: its {label:w} and how many "
+        "{child:w} rows refer to it (a count of {child:w} rows)",
+    ),
+    (
+        "join_project",
+        "medium",
+        (_joined_label, _filter("child", "child", None), _compared),
+        "SELECT T1.{shown}, T2.{label} FROM {join} WHERE T1.{where} {op} {value}",
+        "the {shown:w} of every {child:w} row whose {where:w} is {op:w}{value}, each with the "
+        "{label:w} of the {parent:w} row it refers to",
+    ),
+    (
+        "having",
+        "hard",
+        (_table_with("text", "g"), _pick("k", {1: "1", 2: "2"})),
+        "SELECT {g} FROM {t} GROUP BY {g} HAVING count(*) > {k}",
+        "the {g:w} values that more than {k} {t:w} rows share (the values themselves, not a count)",
+    ),
+    (
+        "above_average",
+        "hard",
+        (_labelled_numbers, _pick("op", {">": "above", "<": "below"})),
+        "SELECT {shown} FROM {t} WHERE {n} {op} (SELECT avg({n}) FROM {t})",
+        "the {shown:w} of every {t:w} row whose {n:w} is {op:w} the average {n:w} of all {t:w} "
+        "rows",
+    ),
+    (
+        "without",
+        "hard",
+        (_joined_label,),
+        "SELECT {label} FROM {parent} WHERE {pk} NOT IN (SELECT {fk} FROM {child})",
+        "the {label:w} of every {parent:w} row that no {child:w} row refers to",
+    ),
+    (
+        "bridge",
+        "hard",
+        (_bridge, _filter("a", "b")),
+        "SELECT T1.{shown} FROM {a} AS T1 JOIN {link} AS T2 ON T1.{a_pk} = T2.{a_fk} "
+        "JOIN {b} AS T3 ON T2.{b_fk} = T3.{b_pk} WHERE T3.{where} = {value}",
+        "the {shown:w} of every {a:w} row that a {link:w} row links to a {b:w} row whose "
+        "{where:w} is {value} (once per such link)",
+    ),
+    (
+        "join_top",
+        "extra",
+        (_joined_label,),
+        "SELECT T2.{label} FROM {join} GROUP BY T2.{pk} ORDER BY count(*) DESC LIMIT 1",
+        "the {label:w} of the {parent:w} row that the most {child:w} rows refer to (counting "
+        "{child:w} rows)",
+    ),
+    (
+        "both",
+        "extra",
+        (_labelled_numbers, _bounds, _set_op),
+        "SELECT {shown} FROM {t} WHERE {n} > {lo} {op} SELECT {shown} FROM {t} WHERE {n} < {hi}",
+        "{op:w}",
+    ),
+)
 
 Template = tuple[str, str, Callable[[Draw], "Filled | None"]]
-TEMPLATES: tuple[Template, ...] = (
-    ("count", "easy", _count),
-    ("project_filter", "easy", _project_filter),
-    ("aggregate", "easy", _aggregate),
-    ("count_compare", "easy", _count_compare),
-    ("group_count", "medium", _group_count),
-    ("top", "medium", _top),
-    ("join_filter", "medium", _join_filter),
-    ("join_group", "medium", _join_group),
-    ("join_project", "medium", _join_project),
-    ("having", "hard", _having),
-    ("above_average", "hard", _above_average),
-    ("without", "hard", _without),
-    ("bridge", "hard", _bridge),
-    ("join_top", "extra", _join_top),
-    ("both", "extra", _both),
+TEMPLATES: tuple[Template, ...] = tuple(
+    (name, level, _Fill(steps, sql, meaning)) for name, level, steps, sql, meaning in _TABLE
 )
 """Template name, the level it aims at (the pair's own level is computed from its SQL), fill."""
 GROUPING = frozenset({"group_count", "join_group"})
