@@ -152,7 +152,34 @@ class _Augmentation(BaseTransform):
         return f"{type(self).__name__}()"
 
 
-class FeatureMasking(_Augmentation):
+class _NodeEdit(_Augmentation):
+    """An edit of some of a graph's nodes, its :meth:`candidates`: applicable when there is one,
+    the graph unchanged when there is none. The edits differ in which nodes they may touch and
+    in what they do to them (:meth:`edit`), not in that; most choose nodes one by one
+    (:meth:`touches`)."""
+
+    def touches(self, text: str, kind: int, info: str) -> bool:
+        """Whether this edit may touch a node of this text, type and info."""
+        raise NotImplementedError
+
+    def candidates(self, data: Data) -> list[int]:
+        """The nodes this edit may touch, in graph order."""
+        nodes = zip(data.node_text, data.node_type.tolist(), data.node_info, strict=True)
+        return [i for i, node in enumerate(nodes) if self.touches(*node)]
+
+    def applicable(self, data: Data) -> bool:
+        return bool(self.candidates(data))
+
+    def forward(self, data: Data) -> Data:
+        cands = self.candidates(data)
+        return self.edit(data, cands) if cands else data
+
+    def edit(self, data: Data, cands: list[int]) -> Data:
+        """``data`` with some of ``cands`` (one at least) edited."""
+        raise NotImplementedError
+
+
+class FeatureMasking(_NodeEdit):
     """Replace the text of a fraction ``p`` of non-essential nodes by ``[MASK]`` (zero vector).
 
     The root and the clause keywords that define a query's skeleton (``SELECT``, ``JOIN``,
@@ -164,20 +191,11 @@ class FeatureMasking(_Augmentation):
         super().__init__(seed)
         self.p = p
 
-    def candidates(self, data: Data) -> list[int]:
-        return [
-            i
-            for i, (t, ty) in enumerate(zip(data.node_text, data.node_type.tolist(), strict=True))
-            if ty != ROOT and not (ty == KEYWORD and t in ESSENTIAL_KEYWORDS) and t != MASK_TEXT
-        ]
+    def touches(self, text: str, kind: int, info: str) -> bool:
+        essential = kind == KEYWORD and text in ESSENTIAL_KEYWORDS
+        return kind != ROOT and not essential and text != MASK_TEXT
 
-    def applicable(self, data: Data) -> bool:
-        return bool(self.candidates(data))
-
-    def forward(self, data: Data) -> Data:
-        cands = self.candidates(data)
-        if not cands:
-            return data
+    def edit(self, data: Data, cands: list[int]) -> Data:
         n = max(1, round(self.p * len(cands)))
         chosen = self.rng.sample(cands, n)
         g = from_data(data)
@@ -191,7 +209,7 @@ class FeatureMasking(_Augmentation):
         return f"FeatureMasking(p={self.p})"
 
 
-class KeywordReplacement(_Augmentation):
+class KeywordReplacement(_NodeEdit):
     """Swap each replaceable keyword, with probability ``p`` (at least one), within its family.
 
     Families: comparisons, ``AND``/``OR``, aggregates, ``ASC``/``DESC``, arithmetic, set
@@ -203,20 +221,10 @@ class KeywordReplacement(_Augmentation):
         self.featurizer = featurizer
         self.p = p
 
-    def candidates(self, data: Data) -> list[int]:
-        return [
-            i
-            for i, (t, ty) in enumerate(zip(data.node_text, data.node_type.tolist(), strict=True))
-            if ty == KEYWORD and t in _FAMILY
-        ]
+    def touches(self, text: str, kind: int, info: str) -> bool:
+        return kind == KEYWORD and text in _FAMILY
 
-    def applicable(self, data: Data) -> bool:
-        return bool(self.candidates(data))
-
-    def forward(self, data: Data) -> Data:
-        cands = self.candidates(data)
-        if not cands:
-            return data
+    def edit(self, data: Data, cands: list[int]) -> Data:
         chosen = [i for i in cands if self.rng.random() < self.p] or [self.rng.choice(cands)]
         g = from_data(data)
         for i in chosen:
@@ -273,7 +281,7 @@ def _shape(text: str) -> str:
     return ("%" if text.startswith("%") else "_") + ("%" if text.endswith("%") else "_")
 
 
-class ValueReplacement(_Augmentation):
+class ValueReplacement(_NodeEdit):
     """Replace each literal (``NULL`` excluded) by another literal of the same kind."""
 
     def __init__(
@@ -283,24 +291,10 @@ class ValueReplacement(_Augmentation):
         self.featurizer = featurizer
         self.vocab = vocab or ValueVocabulary()
 
-    def candidates(self, data: Data) -> list[int]:
-        return [
-            i
-            for i, (ty, info) in enumerate(
-                zip(data.node_type.tolist(), data.node_info, strict=True)
-            )
-            if ty == VALUE
-            and info in ("int", "float", "string", "bool")
-            and data.node_text[i] != MASK_TEXT
-        ]
+    def touches(self, text: str, kind: int, info: str) -> bool:
+        return kind == VALUE and info in ("int", "float", "string", "bool") and text != MASK_TEXT
 
-    def applicable(self, data: Data) -> bool:
-        return bool(self.candidates(data))
-
-    def forward(self, data: Data) -> Data:
-        cands = self.candidates(data)
-        if not cands:
-            return data
+    def edit(self, data: Data, cands: list[int]) -> Data:
         g = from_data(data)
         for i in cands:
             g.texts[i] = self.vocab.draw(g.texts[i], g.infos[i], self.rng)
@@ -375,7 +369,7 @@ class DatabaseReplacement(_Augmentation):
         return f"DatabaseReplacement(databases={len(self.catalog.databases)})"
 
 
-class PredicateModification(_Augmentation):
+class PredicateModification(_NodeEdit):
     """Drop a ``WHERE``/``HAVING`` clause, or (probability ``p_simplify``) one of its conjuncts.
 
     Simplifying removes one operand of the top ``AND``/``OR`` with its sub-tree; when a single
@@ -388,20 +382,10 @@ class PredicateModification(_Augmentation):
         super().__init__(seed)
         self.p_simplify = p_simplify
 
-    def candidates(self, data: Data) -> list[int]:
-        return [
-            i
-            for i, (t, ty) in enumerate(zip(data.node_text, data.node_type.tolist(), strict=True))
-            if ty == KEYWORD and t in self.CLAUSES
-        ]
+    def touches(self, text: str, kind: int, info: str) -> bool:
+        return kind == KEYWORD and text in self.CLAUSES
 
-    def applicable(self, data: Data) -> bool:
-        return bool(self.candidates(data))
-
-    def forward(self, data: Data) -> Data:
-        cands = self.candidates(data)
-        if not cands:
-            return data
+    def edit(self, data: Data, cands: list[int]) -> Data:
         clause = self.rng.choice(cands)
         g = from_data(data)
         kids = _structural_children(g, clause)
@@ -419,7 +403,7 @@ class PredicateModification(_Augmentation):
         return f"PredicateModification(p_simplify={self.p_simplify})"
 
 
-class JoinSimplification(_Augmentation):
+class JoinSimplification(_NodeEdit):
     """Drop one ``JOIN`` (its table reference and ``ON`` condition) of a ``SELECT`` with several."""
 
     def candidates(self, data: Data) -> list[int]:
@@ -432,13 +416,7 @@ class JoinSimplification(_Augmentation):
                     out.extend(joins)
         return out
 
-    def applicable(self, data: Data) -> bool:
-        return bool(self.candidates(data))
-
-    def forward(self, data: Data) -> Data:
-        cands = self.candidates(data)
-        if not cands:
-            return data
+    def edit(self, data: Data, cands: list[int]) -> Data:
         return prune(data, [self.rng.choice(cands)])
 
 
