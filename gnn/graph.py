@@ -35,6 +35,7 @@ from sqlglot.errors import ParseError, TokenError
 from torch_geometric.data import Data
 
 from sqlweave.errors import SqlweaveError
+from sqlweave.sqlsymbols import ARITHMETIC, COMPARISONS
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +47,7 @@ MASK_TEXT = "[MASK]"
 
 # Operator tokens used as keyword node texts; anything else falls back to its sqlglot key.
 _TOKENS: dict[type[exp.Expression], str] = {
-    exp.EQ: "=",
-    exp.NEQ: "!=",
-    exp.GT: ">",
-    exp.GTE: ">=",
-    exp.LT: "<",
-    exp.LTE: "<=",
+    **COMPARISONS,
     exp.And: "AND",
     exp.Or: "OR",
     exp.Not: "NOT",
@@ -61,10 +57,7 @@ _TOKENS: dict[type[exp.Expression], str] = {
     exp.Between: "BETWEEN",
     exp.Is: "IS",
     exp.Exists: "EXISTS",
-    exp.Add: "+",
-    exp.Sub: "-",
-    exp.Mul: "*",
-    exp.Div: "/",
+    **ARITHMETIC,
     exp.Mod: "%",
     exp.DPipe: "||",
     exp.Count: "COUNT",

@@ -45,6 +45,7 @@ from sqlglot.errors import ParseError, SqlglotError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from sqlweave.caches import CACHE
+from sqlweave.sqlsymbols import ARITHMETIC, COMPARISONS
 
 logger = logging.getLogger(__name__)
 
@@ -291,16 +292,8 @@ _KEYWORD_NODES: dict[type[exp.Expression], str] = {
     exp.Cast: "cast",
     exp.And: "and",
     exp.Or: "or",
-    exp.EQ: "=",
-    exp.NEQ: "!=",
-    exp.GT: ">",
-    exp.GTE: ">=",
-    exp.LT: "<",
-    exp.LTE: "<=",
-    exp.Add: "+",
-    exp.Sub: "-",
-    exp.Mul: "*",
-    exp.Div: "/",
+    **COMPARISONS,
+    **ARITHMETIC,
 }
 
 _FALLBACK_KEYWORDS = frozenset({*_KEYWORD_NODES.values(), "desc", "null"})
