@@ -497,6 +497,28 @@ def cmd_rule18(args: argparse.Namespace) -> None:
     print(f"wrote {out}")
 
 
+def cmd_ship(args: argparse.Namespace) -> None:
+    """Write rule 18a's weights (fitted on all of W, ``rule18.json``'s ``fitted`` entry) where the
+    ``fitted`` selector reads them, with where they come from; refused unless the rule adopted
+    the fitted selector."""
+    result = json.loads(Path(args.rule18).read_text(encoding="utf-8"))
+    fitted = result["fitted"]
+    if not fitted["adopted"]:
+        raise SystemExit("rule 18a did not adopt the fitted selector: nothing to ship")
+    out = Path(args.out)
+    shipped = {
+        "rule": "18a (docs/decisions.md)",
+        "fitted_on": f"{result['n']} questions of spider-train-select on {result['databases']} "
+        "databases, pool W (direct + dubo_v1, 4 + 4 at 0.7), repair fallback, rules_intersect",
+        "groups": fitted["groups"],
+        "l2": FITTED_L2,
+        "out_of_fold": {k: fitted["line"][k] for k in ("n", "ex", "interval", "delta", "p_value")},
+        "weights": fitted["weights"],
+    }
+    out.write_text(json.dumps(shipped, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+
+
 def union_records(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per question both runs hold: ``a``'s record with ``b``'s candidates appended (the pool of
     both programs' LM calls, every candidate one vote)."""
@@ -573,6 +595,10 @@ def main() -> None:
     r18.add_argument("--p10", default="", help="reported: W against today's dev-best")
     r18.add_argument("--union", default="", help="reported: the union's table (see union)")
     r18.set_defaults(func=cmd_rule18)
+    sh = sub.add_parser("ship", help="rule 18a's weights for the fitted selector")
+    sh.add_argument("--rule18", default=str(RESULTS / "rule18.json"))
+    sh.add_argument("--out", required=True, help="programs/stages/fitted_weights.json")
+    sh.set_defaults(func=cmd_ship)
     u = sub.add_parser("union", help="two runs' candidates pooled per question, for table")
     u.add_argument("a")
     u.add_argument("b")
