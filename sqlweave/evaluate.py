@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import inspect
 import json
 import logging
@@ -147,6 +148,8 @@ def _evaluate_one(
         error, error_kind = "program returned no SQL", "no_sql"
 
     start = time.perf_counter()
+    # What the program answered is fixed now; a record differs only by its verdict.
+    verdict = functools.partial(_record, example, sem, pred_sql, seconds, usage, start)
     try:
         database = open_database(example)
     except ExecutionError as err:
@@ -154,18 +157,8 @@ def _evaluate_one(
         # flagged miss as a failing gold query (or a stop under strict_gold).
         if strict_gold:
             raise GoldQueryError(example.gold_sql, str(example.db_id), err) from err
-        return _record(
-            example,
-            sem,
-            pred_sql,
-            seconds,
-            usage,
-            start,
-            error or err.feedback(),
-            error_kind or err.kind,
-            err.feedback(),
-            correct=False,
-        )
+        why = err.feedback()
+        return verdict(error or why, error_kind or err.kind, why, correct=False)
     match = check_execution(
         pred_sql,
         example.gold_sql,
@@ -180,18 +173,7 @@ def _evaluate_one(
     gold_error = match.gold_error.feedback() if match.gold_error is not None else None
     if match.gold_truncated:
         gold_error = "gold result exceeds the row cap; not compared"
-    record = _record(
-        example,
-        sem,
-        pred_sql,
-        seconds,
-        usage,
-        start,
-        error,
-        error_kind,
-        gold_error,
-        correct=bool(match.correct),
-    )
+    record = verdict(error, error_kind, gold_error, correct=bool(match.correct))
     pool = candidates_of(pred)
     if pool and gold_error is None:
         _score_candidates(
