@@ -51,14 +51,20 @@ from sqlweave.programs import SQLProgram
 logger = logging.getLogger(__name__)
 
 
+def _count(name: str, value: int) -> int:
+    """``value``, a count setting of an optimizer (``max_demos``, ``candidates``): 0 or more, or
+    a ``ValueError`` that names it, raised when the optimizer is made rather than mid-compile."""
+    if value < 0:
+        raise ValueError(f"{name} must be 0 or more, not {value}")
+    return value
+
+
 class _DemoOptimizer(SQLTeleprompter):
     """An optimizer of demos: ``max_demos`` per predictor."""
 
     def __init__(self, *, max_demos: int = 4, **common: Any) -> None:
         super().__init__(**common)
-        if max_demos < 0:
-            raise ValueError(f"max_demos must be 0 or more, not {max_demos}")
-        self.max_demos = max_demos
+        self.max_demos = _count("max_demos", max_demos)
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "max_demos": self.max_demos}
@@ -212,9 +218,7 @@ class RandomSearch(_DemoOptimizer):
 
     def __init__(self, *, candidates: int = 2, **options: Any) -> None:
         super().__init__(**options)
-        if candidates < 0:
-            raise ValueError(f"candidates must be 0 or more, not {candidates}")
-        self.candidates = candidates
+        self.candidates = _count("candidates", candidates)
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "candidates": self.candidates}
@@ -277,7 +281,10 @@ def _resolve_lm(lm: Any) -> Any:
 
 
 class _Proposing(_DemoOptimizer):
-    """An optimizer with a proposer LM (an LM object, an LM spec, or None: the task LM)."""
+    """An optimizer with a proposer LM (an LM object, an LM spec, or None: the task LM), whose
+    search (:meth:`_propose`) keeps its state private: at the budget it has no best result so
+    far to give, so it returns the program unchanged, whether the budget was spent before it
+    started or while it searched."""
 
     def __init__(self, *, proposer_lm: Any = None, **options: Any) -> None:
         super().__init__(**options)
@@ -287,13 +294,6 @@ class _Proposing(_DemoOptimizer):
         proposer = getattr(self.proposer_lm, "model", self.proposer_lm)
         return {**super().config(), "proposer": proposer}
 
-
-class MIPRO(_Proposing):
-    """``dspy.MIPROv2(auto="light")``: instructions and demos; the program unchanged at the
-    budget (its search state is private)."""
-
-    name = "mipro"
-
     def compile(
         self,
         student: SQLProgram,
@@ -302,12 +302,34 @@ class MIPRO(_Proposing):
         valset: list[dspy.Example] | None = None,
         **kwargs: Any,
     ) -> SQLProgram:
+        """:meth:`_propose` on the completed train set; the program unchanged at the budget."""
+        if not self.budget_spent():
+            completed = complete_examples(student, trainset, progress=self.progress).examples
+            try:
+                return self._propose(student, completed, valset if valset is not None else trainset)
+            except BudgetExhausted:
+                pass
+        self.budget_stopped = True
+        return student.reset_copy()
+
+    def _propose(
+        self, student: SQLProgram, trainset: list[dspy.Example], valset: list[dspy.Example]
+    ) -> SQLProgram:
+        """The search on ``trainset`` (completed) and ``valset`` (as given, else the train set)."""
+        raise NotImplementedError
+
+
+class MIPRO(_Proposing):
+    """``dspy.MIPROv2(auto="light")``: instructions and demos; the program unchanged at the
+    budget (its search state is private)."""
+
+    name = "mipro"
+
+    def _propose(
+        self, student: SQLProgram, trainset: list[dspy.Example], valset: list[dspy.Example]
+    ) -> SQLProgram:
         """MIPROv2 on the completed train and validation sets."""
-        if self.budget_spent():
-            self.budget_stopped = True
-            return student.reset_copy()
-        completed = complete_examples(student, trainset, progress=self.progress)
-        val_done = complete_examples(student, valset if valset is not None else trainset).examples
+        val_done = complete_examples(student, valset).examples
         teleprompter = dspy.MIPROv2(
             metric=self.metric,
             prompt_model=_resolve_lm(self.proposer_lm),
@@ -318,13 +340,7 @@ class MIPRO(_Proposing):
             seed=self.seed,
             verbose=False,
         )
-        try:
-            return teleprompter.compile(
-                student, trainset=completed.examples, valset=val_done, seed=self.seed
-            )
-        except BudgetExhausted:
-            self.budget_stopped = True
-            return student.reset_copy()
+        return teleprompter.compile(student, trainset=trainset, valset=val_done, seed=self.seed)
 
 
 # --- GEPA
@@ -379,19 +395,10 @@ class GEPA(_Proposing):
 
     name = "gepa"
 
-    def compile(
-        self,
-        student: SQLProgram,
-        *,
-        trainset: list[dspy.Example],
-        valset: list[dspy.Example] | None = None,
-        **kwargs: Any,
+    def _propose(
+        self, student: SQLProgram, trainset: list[dspy.Example], valset: list[dspy.Example]
     ) -> SQLProgram:
         """GEPA on the completed train set, scored on ``valset``."""
-        if self.budget_spent():
-            self.budget_stopped = True
-            return student.reset_copy()
-        completed = complete_examples(student, trainset, progress=self.progress)
         remaining = self.budget.remaining if self.budget is not None else None
         teleprompter = dspy.GEPA(
             metric=as_feedback_metric(self.metric),
@@ -401,12 +408,4 @@ class GEPA(_Proposing):
             seed=self.seed,
             track_stats=False,
         )
-        try:
-            return teleprompter.compile(
-                student,
-                trainset=completed.examples,
-                valset=valset if valset is not None else trainset,
-            )
-        except BudgetExhausted:
-            self.budget_stopped = True
-            return student.reset_copy()
+        return teleprompter.compile(student, trainset=trainset, valset=valset)
