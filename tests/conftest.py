@@ -37,6 +37,22 @@ def demo_concert_db() -> Path:
     return DEMO_CONCERT_DB
 
 
+@pytest.fixture()
+def singers_example(demo_concert_db: Path) -> Any:
+    """One question on the bundled concert_singer database ("How many singers?", id ``q0``),
+    as ``evaluate`` takes it: for tests of a run's records rather than of the answer."""
+    import dspy
+
+    return dspy.Example(
+        question_id="q0",
+        db_id="concert_singer",
+        question="How many singers?",
+        db_path=str(demo_concert_db),
+        gold_sql="SELECT count(*) FROM singer",
+        evidence="",
+    ).with_inputs("question", "db_path", "evidence")
+
+
 def _data_root() -> Path:
     env = os.environ.get("SQLWEAVE_DATA")
     return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"

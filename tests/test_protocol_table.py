@@ -88,21 +88,14 @@ def test_a_compiled_run_compares_with_the_uncompiled_records_it_names(tmp_path):
     assert named["vs_uncompiled"]["only_run"] == 2 and named["vs_uncompiled"]["only_baseline"] == 0
 
 
-def test_a_resume_under_other_switches_is_refused(tmp_path, demo_concert_db):
+def test_a_resume_under_other_switches_is_refused(tmp_path, singers_example):
     import dspy
     from dspy.utils import DummyLM
 
     from sqlweave import programs
     from sqlweave.evaluate import evaluate
 
-    ex = dspy.Example(
-        question_id="q0",
-        db_id="concert_singer",
-        question="How many singers?",
-        db_path=str(demo_concert_db),
-        gold_sql="SELECT count(*) FROM singer",
-        evidence="",
-    ).with_inputs("question", "db_path", "evidence")
+    ex = singers_example
     out = tmp_path / "direct__spider-dev-200__1.5b.jsonl"
     old = programs.get("direct", schema_layout="compact", corrector="none")
     new = programs.get("direct")

@@ -37,16 +37,9 @@ def test_a_compressed_run_reads_as_the_file_it_was(tmp_path: Path) -> None:
 
 
 def test_a_run_does_not_start_again_beside_its_compressed_records(
-    tmp_path: Path, demo_concert_db: Path
+    tmp_path: Path, singers_example: dspy.Example
 ) -> None:
-    ex = dspy.Example(
-        question_id="q0",
-        db_id="concert_singer",
-        question="How many singers?",
-        db_path=str(demo_concert_db),
-        gold_sql="SELECT count(*) FROM singer",
-        evidence="",
-    ).with_inputs("question", "db_path", "evidence")
+    ex = singers_example
     out = tmp_path / "direct__spider-dev-200__1.5b.jsonl"
     out.with_name(out.name + ".gz").write_bytes(gzip.compress(_write(out, 1)))
     with dspy.context(lm=DummyLM([{"sql": "SELECT count(*) FROM singer"}])):
