@@ -199,6 +199,12 @@ def verdicts(table: Sequence[dict[str, Any]], scope: str, key: str) -> dict[str,
     return {r["question_id"]: bool(r[scope][key]) for r in table}
 
 
+def _oracles(table: Sequence[dict[str, Any]], corrector: str) -> dict[str, float]:
+    """Each scope's oracle EX (a right candidate in the pool, after ``corrector``)."""
+    return {s: round(100 * float(np.mean([r[s][f"oracle|{corrector}"] for r in table])), 1)
+            for s in SCOPES}  # fmt: skip
+
+
 def folds_by_db(table: Sequence[dict[str, Any]], k: int = 5) -> dict[str, int]:
     """Five folds by database, databases shuffled with seed 0 (``fit_reranker.cross_validate``)."""
     dbs = sorted({r["db_id"] for r in table})
@@ -325,8 +331,7 @@ def selection_steps(pool: list[dict[str, Any]], temp: str, steps: dict[str, Any]
     f = _line("fitted", oof, chosen, selector)
     adopted = "fitted" if ahead(f) else selector
     steps["fitted"] = {"line": f, "adopted": adopted, "weights": weights}
-    steps["oracle"] = {s: round(100 * np.mean([r[s][f"oracle|{corrector}"] for r in pool]), 1)
-                       for s in SCOPES}  # fmt: skip
+    steps["oracle"] = _oracles(pool, corrector)
     design = {"temperature": float(temp), "repair_scope": scope, "corrector": corrector,
               "selector": adopted}  # fmt: skip
     steps["design"] = design
@@ -416,11 +421,6 @@ def _shared(*tables: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return [[r for r in t if r["question_id"] in keep] for t in tables]
 
 
-def _oracles(table: Sequence[dict[str, Any]], corrector: str) -> dict[str, float]:
-    return {s: round(100 * float(np.mean([r[s][f"oracle|{corrector}"] for r in table])), 1)
-            for s in SCOPES}  # fmt: skip
-
-
 def rule18(
     p07: list[dict[str, Any]],
     w: list[dict[str, Any]],
@@ -474,7 +474,7 @@ def rule18(
         reported.append(_line("union (16 calls)", design_verdicts(pools["union"], RULE16_DESIGN),
                               got_w, "W"))  # fmt: skip
     if p10:
-        best = {r["question_id"]: bool(r["all"]["grounded|rules_intersect"]) for r in p10}
+        best = design_verdicts(p10, "all|grounded|rules_intersect")
         best = {q: v for q, v in best.items() if q in got_w}
         reported.append(_line("W", {q: got_w[q] for q in best}, best, "today's dev-best (P1.0)"))
     artefact = design_verdicts(p07, "none|vote|rules")
@@ -494,28 +494,6 @@ def cmd_rule18(args: argparse.Namespace) -> None:
     )
     out = RESULTS / "rule18.json"
     out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {out}")
-
-
-def cmd_ship(args: argparse.Namespace) -> None:
-    """Write rule 18a's weights (fitted on all of W, ``rule18.json``'s ``fitted`` entry) where the
-    ``fitted`` selector reads them, with where they come from; refused unless the rule adopted
-    the fitted selector."""
-    result = json.loads(Path(args.rule18).read_text(encoding="utf-8"))
-    fitted = result["fitted"]
-    if not fitted["adopted"]:
-        raise SystemExit("rule 18a did not adopt the fitted selector: nothing to ship")
-    out = Path(args.out)
-    shipped = {
-        "rule": "18a (docs/decisions.md)",
-        "fitted_on": f"{result['n']} questions of spider-train-select on {result['databases']} "
-        "databases, pool W (direct + dubo_v1, 4 + 4 at 0.7), repair fallback, rules_intersect",
-        "groups": fitted["groups"],
-        "l2": FITTED_L2,
-        "out_of_fold": {k: fitted["line"][k] for k in ("n", "ex", "interval", "delta", "p_value")},
-        "weights": fitted["weights"],
-    }
-    out.write_text(json.dumps(shipped, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {out}")
 
 
@@ -595,10 +573,6 @@ def main() -> None:
     r18.add_argument("--p10", default="", help="reported: W against today's dev-best")
     r18.add_argument("--union", default="", help="reported: the union's table (see union)")
     r18.set_defaults(func=cmd_rule18)
-    sh = sub.add_parser("ship", help="rule 18a's weights for the fitted selector")
-    sh.add_argument("--rule18", default=str(RESULTS / "rule18.json"))
-    sh.add_argument("--out", required=True, help="programs/stages/fitted_weights.json")
-    sh.set_defaults(func=cmd_ship)
     u = sub.add_parser("union", help="two runs' candidates pooled per question, for table")
     u.add_argument("a")
     u.add_argument("b")
