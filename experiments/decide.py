@@ -528,6 +528,15 @@ def design_verdicts(table: Sequence[dict[str, Any]], design: str) -> dict[str, b
     return verdicts(table, scope, f"{selector}|{corrector}")
 
 
+def against_verdicts(spec: str) -> dict[str, bool]:
+    """A run's records as recorded (``records.jsonl``), or a table replayed with a design
+    (``table.jsonl.gz@scope|selector|corrector``): what ``read --against`` compares with."""
+    path, _, design = spec.partition("@")
+    if design:
+        return design_verdicts(read_records(path), design)
+    return {str(r["question_id"]): bool(r.get("correct")) for r in read_records(path)}
+
+
 def cmd_read(args: argparse.Namespace) -> None:
     """One design's figures on a slice's table, beside recorded runs (``--against``)."""
     table = read_records(args.table)
@@ -548,8 +557,7 @@ def cmd_read(args: argparse.Namespace) -> None:
     print(f"{args.design} on {out['table']}: {ci} oracle {out['oracle']}")
     for item in args.against or []:
         label, _, path = item.partition("=")
-        other = {str(r["question_id"]): bool(r.get("correct")) for r in read_records(path)}
-        out["against"].append(_line("design", got, other, label))
+        out["against"].append(_line("design", got, against_verdicts(path), label))
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {args.out}")
@@ -582,7 +590,9 @@ def main() -> None:
     d = sub.add_parser("read", help="one design's figures on a table, beside recorded runs")
     d.add_argument("table")
     d.add_argument("--design", required=True, help="scope|selector|corrector")
-    d.add_argument("--against", action="append", help="LABEL=records.jsonl (paired)")
+    d.add_argument(
+        "--against", action="append", help="LABEL=records.jsonl or LABEL=table@design (paired)"
+    )
     d.add_argument("--out", default="")
     d.set_defaults(func=cmd_read)
     args = parser.parse_args()
