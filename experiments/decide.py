@@ -522,6 +522,33 @@ def cmd_union(args: argparse.Namespace) -> None:
           f"--slice {args.slice}")  # fmt: skip
 
 
+def mix_records(
+    a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], first: int, generator: str
+) -> list[dict[str, Any]]:
+    """Per question both runs hold (rule 19): ``a``'s record with its first ``first``
+    candidates, then ``b``'s candidates whose origin is ``generator``'s (each join repair as
+    recorded, in place): one pool replayed from two runs' LM calls."""
+    other = {str(r["question_id"]): r for r in b if r.get("candidates")}
+    out = []
+    for r in a:
+        qid = str(r["question_id"])
+        if not r.get("candidates") or qid not in other:
+            continue
+        theirs = [c for c in other[qid]["candidates"]
+                  if str(c.get("origin") or "").split(":")[0] == generator]  # fmt: skip
+        out.append({**r, "candidates": list(r["candidates"][:first]) + theirs})
+    return out
+
+
+def cmd_mix(args: argparse.Namespace) -> None:
+    out = RESULTS / f"{args.name}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows = mix_records(read_records(args.a), read_records(args.b), args.first, args.generator)
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    print(f"wrote {out} ({len(rows)} questions); replay it with: decide.py table {out} "
+          f"--slice {args.slice}")  # fmt: skip
+
+
 def design_verdicts(table: Sequence[dict[str, Any]], design: str) -> dict[str, bool]:
     """``"scope|selector|corrector"`` (e.g. ``"fallback|grounded|rules_intersect"``) replayed."""
     scope, selector, corrector = design.split("|")
@@ -587,6 +614,14 @@ def main() -> None:
     u.add_argument("--slice", required=True)
     u.add_argument("--name", default="")
     u.set_defaults(func=cmd_union)
+    m = sub.add_parser("mix", help="a's first N candidates + b's of one generator (rule 19)")
+    m.add_argument("a")
+    m.add_argument("b")
+    m.add_argument("--first", type=int, required=True)
+    m.add_argument("--generator", required=True)
+    m.add_argument("--slice", required=True)
+    m.add_argument("--name", required=True)
+    m.set_defaults(func=cmd_mix)
     d = sub.add_parser("read", help="one design's figures on a table, beside recorded runs")
     d.add_argument("table")
     d.add_argument("--design", required=True, help="scope|selector|corrector")

@@ -98,7 +98,7 @@ def cmd_rows(args: argparse.Namespace) -> None:
         wanted = {str(ex.question_id) for ex in load_slice(args.slice)[: args.limit]}
         records = [r for r in records if str(r["question_id"]) in wanted]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / run.name.replace(".jsonl", ".rows.jsonl")
+    out = RESULTS / run.name.removesuffix(".gz").replace(".jsonl", ".rows.jsonl")
     done = {r["question_id"] for r in read_records(out)} if out.exists() else set()
     with out.open("a", encoding="utf-8") as handle:
         for record in tqdm(records, desc="rows", unit="q"):
@@ -165,24 +165,36 @@ def plot(curves: dict[str, tuple[list[float], list[bool]]], path: Path) -> None:
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
+    """Fit ``--refit`` kinds on the rows; a kind not refitted keeps the shipped model and its
+    provenance (rule 17a: a new design refits the ``pool`` model only)."""
     rows = list(read_records(args.rows))
+    refit = [k for k in ("pool", "single") if k in args.refit.split(",")]
+    if "pool" not in refit:
+        raise SystemExit("--refit must include pool: the threshold is chosen on its answers")
+    shipped = json.loads(WEIGHTS_FILE.read_text(encoding="utf-8"))
     report: dict[str, Any] = {"fitted_on": Path(args.rows).name, "n": len(rows)}
+    models = dict(shipped["models"])
     curves = {}
-    for kind in ("pool", "single"):
+    for kind in refit:
         scores = out_of_fold(rows, kind)
         labels = _xy(rows, kind)[1]
         cut = threshold_for(scores, labels, TARGET_PRECISION)
         report[f"{kind}_out_of_fold"] = figures(scores, labels, cut)
         curves[f"{kind} (out of fold)"] = (scores, labels)
         print(f"{kind}: {report[f'{kind}_out_of_fold']}")
+        models[kind] = fit_calibrator(*_xy(rows, kind)).as_dict()
+    for kind in {"pool", "single"} - set(refit):
+        report[f"{kind}_kept"] = {
+            "fitted_on": shipped["provenance"].get("fitted_on"),
+            f"{kind}_out_of_fold": shipped["provenance"].get(f"{kind}_out_of_fold"),
+        }
     threshold = report["pool_out_of_fold"]["threshold"]
-    models = {kind: fit_calibrator(*_xy(rows, kind)).as_dict() for kind in ("pool", "single")}
     payload = {
         "models": models,
         "threshold": threshold,
         "features": list(FEATURES),
         "provenance": report,
-        "how": "experiments/fit_confidence.py fit (docs/decisions.md, rule 17)",
+        "how": "experiments/fit_confidence.py fit (docs/decisions.md, rules 17, 17a and 18b)",
     }
     WEIGHTS_FILE.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {WEIGHTS_FILE} (threshold {threshold})")
@@ -217,6 +229,7 @@ def main() -> None:
     f = sub.add_parser("fit")
     f.add_argument("rows")
     f.add_argument("--plot", default="")
+    f.add_argument("--refit", default="pool,single", help="the models refitted (others kept)")
     f.set_defaults(func=cmd_fit)
     c = sub.add_parser("check")
     c.add_argument("rows", nargs="+")

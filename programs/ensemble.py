@@ -14,7 +14,7 @@ generator wrote and whether any was right (oracle EX).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import dspy
@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 #: PET's and SEA's prompts, four candidates each, ``across``, greedy weight 2 scored 85.0 against
 #: 81.5 for all five with the plain vote, at three generators' cost.
 DEFAULT_GENERATORS = "dubo_v2,pet,sea"
+#: The sampling temperature of a generator the ``temperature`` switch does not name.
+DEFAULT_TEMPERATURE = 0.7
 
 
 def parse_names(value: str | Sequence[str]) -> tuple[str, ...]:
@@ -56,26 +58,46 @@ def parse_names(value: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def parse_weights(value: str | dict[str, float], names: Sequence[str]) -> dict[str, float]:
-    """Per-generator vote weights from ``"direct=2,sea=0.5"`` (or a dict); unnamed ones weigh 1."""
-    if isinstance(value, dict):
+def _per_generator(
+    value: str | Mapping[str, float], names: Sequence[str], default: float, what: str
+) -> dict[str, float]:
+    """``{generator: number}`` from ``"direct=2,sea=0.5"`` (or a mapping); unnamed ones get
+    ``default``; a name not among ``names`` is a ValueError."""
+    if isinstance(value, Mapping):
         pairs = list(value.items())
     else:
         pairs = []
         for item in filter(None, (part.strip() for part in value.split(","))):
             name, sep, number = item.partition("=")
             if not sep:
-                raise ValueError(f"a weight is name=number, got {item!r}")
+                raise ValueError(f"a {what} is name=number, got {item!r}")
             pairs.append((name.strip(), number))
-    weights = dict.fromkeys(names, 1.0)
+    out = dict.fromkeys(names, default)
     for name, number in pairs:
-        if name not in weights:
-            raise ValueError(f"weight for {name!r}, which is not among the generators {names}")
-        weight = float(number)
-        if weight < 0:
-            raise ValueError(f"weights must be >= 0, got {name}={weight}")
-        weights[name] = weight
-    return weights
+        if name not in out:
+            raise ValueError(f"{what} for {name!r}, which is not among the generators {names}")
+        out[name] = float(number)
+        if out[name] < 0:
+            raise ValueError(f"{what}s must be >= 0, got {name}={out[name]}")
+    return out
+
+
+def parse_weights(value: str | Mapping[str, float], names: Sequence[str]) -> dict[str, float]:
+    """Per-generator vote weights from ``"direct=2,sea=0.5"`` (or a dict); unnamed ones weigh 1."""
+    return _per_generator(value, names, 1.0, "weight")
+
+
+def parse_temperatures(
+    value: float | str | Mapping[str, float], names: Sequence[str]
+) -> dict[str, float]:
+    """Per-generator sampling temperatures: one number for all (``0.7``, ``"0.7"``), or
+    ``"direct=1.0,dubo_v1=0.7"`` (or a dict), unnamed ones at :data:`DEFAULT_TEMPERATURE`
+    (docs/decisions.md, rule 19: one pool at two temperatures)."""
+    if isinstance(value, int | float):
+        return dict.fromkeys(names, float(value))
+    if isinstance(value, str) and "=" not in value:
+        return dict.fromkeys(names, float(value))
+    return _per_generator(value, names, DEFAULT_TEMPERATURE, "temperature")
 
 
 class EnsembleSQL(SQLProgram):
@@ -87,6 +109,7 @@ class EnsembleSQL(SQLProgram):
       names (``direct``, ``dubo_v1``, ``dubo_v2``, ``sea``, ``pet``), in the
       order they are asked (ties in the vote go to the earliest candidate);
     * ``samples`` (4) and ``temperature`` (0.7): candidates per generator, the first greedy;
+      ``temperature`` is one number or one per generator (``"direct=1.0,dubo_v1=0.7"``);
     * ``weights`` (``""``): per-generator vote weights, ``"direct=2,sea=0.5"`` (others 1);
       ``greedy_weight`` (2.0) multiplies the weight of each generator's greedy candidate;
     * ``selector`` (``across``): ``vote`` (the weighted execution vote), ``runoff`` (the vote, and
@@ -149,7 +172,7 @@ class EnsembleSQL(SQLProgram):
         self,
         generators: str = DEFAULT_GENERATORS,
         samples: int = 4,
-        temperature: float = 0.7,
+        temperature: float | str = DEFAULT_TEMPERATURE,
         weights: str = "",
         greedy_weight: float = 2.0,
         selector: str | dspy.Module = "across",
@@ -169,6 +192,7 @@ class EnsembleSQL(SQLProgram):
         self.names = names
         self.switches["generators"] = ",".join(names)
         self.weight_of = parse_weights(weights, names)
+        temperatures = parse_temperatures(temperature, names)
         self.selector = stage_registry.build(
             "selector", selector, settings={"runoff": {"threshold": float(threshold)}}
         )
@@ -185,7 +209,7 @@ class EnsembleSQL(SQLProgram):
             setattr(
                 self,
                 f"sample_{name}",
-                Sampler(generator.generate, n=samples, temperature=float(temperature)),
+                Sampler(generator.generate, n=samples, temperature=temperatures[name]),
             )
 
     def generator(self, name: str) -> generator_registry.PromptGenerator:

@@ -191,6 +191,10 @@ def test_switch_types_come_from_type_hints() -> None:
         typed_switches("weave", ["samples=many"])
     for name in available():  # every program's switches resolve
         assert switch_types(program_class(name)) is not None
+    # a switch annotated float | str (ensemble's temperature): a number where it reads as one
+    assert typed_switches("ensemble", ["temperature=0.9"]) == {"temperature": 0.9}
+    per = typed_switches("ensemble", ["temperature=direct=1.0,dubo_v1=0.7"])
+    assert per == {"temperature": "direct=1.0,dubo_v1=0.7"}
 
 
 def Parameter_empty():  # noqa: N802 - names inspect.Parameter.empty

@@ -53,8 +53,7 @@ def test_each_preset_answers_end_to_end_with_its_switches(name: str, db_file: Pa
         result = sqlweave.ask("How many singers are there?", db_file, preset=name)
     assert result.ok and result.rows == ((6,),)
     program = result.steps  # the program's own outputs: how many candidates it chose among
-    samples = int(preset.switches.get("samples", 1))
-    assert len(program["candidates"]) == samples
+    assert len(program["candidates"]) == preset.candidates
     assert lm.history  # the model was asked (samples may share one batched call)
     built = sqlweave.api._as_program(None, {}, name)
     for key, value in preset.switches.items():
@@ -65,8 +64,7 @@ def test_no_program_options_run_the_default_preset(db_file: Path) -> None:
     lm = DummyLM([{"sql": COUNT}] * 16)
     with dspy.context(lm=lm):
         result = sqlweave.ask("How many singers are there?", db_file)
-    expected = int(PRESETS[DEFAULT_PRESET].switches.get("samples", 1))
-    assert len(result.steps["candidates"]) == expected
+    assert len(result.steps["candidates"]) == PRESETS[DEFAULT_PRESET].candidates
 
 
 def test_cli_preset_flag_and_errors(dummy_model: dict, db_file: Path) -> None:
@@ -116,6 +114,5 @@ def test_each_preset_answers_with_the_real_local_model(name: str, db_file: Path)
     with dspy.context(lm=lm):
         result = sqlweave.ask("How many singers are there?", db_file, preset=name)
     assert result.ok and result.rows == ((6,),), result.sql
-    samples = int(PRESETS[name].switches.get("samples", 1))
-    assert len(result.steps["candidates"]) == samples
+    assert len(result.steps["candidates"]) == PRESETS[name].candidates
     assert 0.0 <= result.confidence <= 1.0

@@ -10,7 +10,12 @@ from dspy.utils import DummyLM
 from sqlweave.evaluate import evaluate, read_records
 from sqlweave.programs import get
 from sqlweave.programs.dubo import DuboV1, DuboV2
-from sqlweave.programs.ensemble import EnsembleSQL, parse_names, parse_weights
+from sqlweave.programs.ensemble import (
+    EnsembleSQL,
+    parse_names,
+    parse_temperatures,
+    parse_weights,
+)
 from sqlweave.programs.pet import PETSQL
 from sqlweave.programs.sea import SEASQL
 from sqlweave.programs.stages import generators
@@ -69,6 +74,23 @@ def test_switch_parsing() -> None:
     for bad in ("pet=2", "sea", "sea=-1"):
         with pytest.raises(ValueError):
             parse_weights(bad, ("direct", "sea"))
+
+
+def test_temperature_is_one_number_or_one_per_generator() -> None:
+    """Rule 19: one pool at two temperatures; a plain number stays one for all."""
+    names = ("direct", "dubo_v1")
+    assert parse_temperatures(1.0, names) == {"direct": 1.0, "dubo_v1": 1.0}
+    assert parse_temperatures("0.5", names) == {"direct": 0.5, "dubo_v1": 0.5}
+    mixed = parse_temperatures("direct=1.0", names)
+    assert mixed == {"direct": 1.0, "dubo_v1": 0.7}  # unnamed: the default
+    for bad in ("pet=1.0", "direct=-1", "direct=1.0,dubo_v1"):
+        with pytest.raises(ValueError):
+            parse_temperatures(bad, names)
+    program = EnsembleSQL(generators="direct,dubo_v1", temperature="direct=1.0,dubo_v1=0.7")
+    assert program.sample_direct.temperature == 1.0
+    assert program.sample_dubo_v1.temperature == 0.7
+    assert program.switches["temperature"] == "direct=1.0,dubo_v1=0.7"  # what artefacts keep
+    assert EnsembleSQL(generators="direct,sea", temperature=0.3).sample_sea.temperature == 0.3
 
 
 def test_the_pool_records_every_candidate_with_its_origin_and_class(db) -> None:

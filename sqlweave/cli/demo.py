@@ -40,9 +40,9 @@ def demo(
 ) -> None:
     """The main job: compile, save, evaluate the saved program beside naive, ask once.
 
-    The compile is the switch search from the default preset over one switch that separates
-    the fast preset from the accurate one (one candidate or eight), scored on --n-val
-    spider-train-val questions (databases the evaluation never sees): what it chose, and by how
+    The compile is the switch search from the default preset over the switch that separates
+    one candidate per prompt from the preset's samples, scored on --n-val spider-train-val
+    questions (databases the evaluation never sees): what it chose, and by how
     much, is printed. The saved file is then evaluated on --n-dev bundled dev questions beside
     naive on the same questions (paired: EX, interval, McNemar p), the report written, and
     one question answered from the saved file. A smoke test at this size: the measured figures
@@ -51,11 +51,12 @@ def demo(
     progress = setup_logging(verbose, quiet) >= 0
     from sqlweave.data import eval_slice
     from sqlweave.optimizers import load_program
-    from sqlweave.programs.presets import DEFAULT_PRESET
+    from sqlweave.programs.presets import DEFAULT_PRESET, get_preset
 
     workdir.mkdir(parents=True, exist_ok=True)
     artefact = workdir / f"{DEFAULT_PRESET}.json"
-    typer.secho(f"1/4 compile: the {DEFAULT_PRESET} preset, the search over samples=1,8", bold=True)
+    space = f"samples=1,{get_preset(DEFAULT_PRESET).switches.get('samples', 8)}"
+    typer.secho(f"1/4 compile: the {DEFAULT_PRESET} preset, the search over {space}", bold=True)
     request = CompileRequest(
         out=artefact,
         preset=DEFAULT_PRESET,
@@ -68,7 +69,7 @@ def demo(
         api_base=api_base,
         n_val=n_val,
         trials=2,
-        space=["samples=1,8"],
+        space=[space],
         sampler="grid",
         progress=progress,
         lm_threads=lm_threads,

@@ -24,6 +24,8 @@ def parse_switches(items: list[str]) -> dict[str, Any]:
 
 
 _TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+#: The kind of a switch annotated ``float | str``: a number where the value reads as one.
+NUMBER_OR_TEXT: Any = float | str
 _SCALAR_TYPES = (bool, int, float, str)  # bool before int: True is an int too
 
 
@@ -33,6 +35,8 @@ def _scalar_of(hint: Any, default: Any) -> tuple[type | None, bool]:
     ``int``, ``int | None``, ``Optional[str]``, ``Literal["a", "b"]``. None for objects."""
     args = typing.get_args(hint)
     optional = default is None or type(None) in args or hint is type(None)
+    if {a for a in args if a is not type(None)} == {float, str}:
+        return NUMBER_OR_TEXT, optional  # e.g. ensemble's temperature: 0.7 or "direct=1.0"
     for kind in _SCALAR_TYPES:
         if default is not Parameter.empty and isinstance(default, kind):
             return kind, optional
@@ -69,6 +73,11 @@ def _convert_switch(name: str, kind: type, optional: bool, raw: str) -> Any:
         return None
     if kind is str:
         return value
+    if kind == NUMBER_OR_TEXT:
+        try:
+            return float(value)
+        except ValueError:
+            return value
     if kind is bool:
         if value.lower() in ("true", "1", "yes", "on"):
             return True
