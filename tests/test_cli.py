@@ -303,7 +303,10 @@ def test_demo_compiles_by_switch_search_evaluates_beside_naive_and_asks(
     assert "| naive | 3 |" in result.output and "paired on 3 questions" in result.output
     assert "McNemar p" in result.output and "4/4 ask the saved program" in result.output
     meta = json.loads((work / f"{DEFAULT_PRESET}.json").read_text())["meta"]
-    assert meta["optimizer"] == "search" and meta["switches"]["samples"] in (1, preset.switches["samples"])
+    assert meta["optimizer"] == "search" and meta["switches"]["samples"] in (
+        1,
+        preset.switches["samples"],
+    )
     assert meta["extra"]["preset"] == DEFAULT_PRESET  # the preset travels with the artefact
     assert (work / "naive-dev-n3-x.jsonl").exists() or list(work.glob("naive-dev-n3-*.jsonl"))
 
