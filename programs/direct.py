@@ -126,18 +126,10 @@ class DirectSQL(SQLProgram):
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         ran = stage_registry.Ran()
-        schema_text = self.schema_text(db)
-        linked = stage_registry.link(
-            self.linker, question=question, db=db, db_schema=schema_text, evidence=evidence, ran=ran
+        inputs, linked = stage_registry.linked_inputs(
+            self.linker, self.schema_text, question=question, db=db, evidence=evidence, ran=ran
         )
-        if linked:
-            schema_text = self.schema_text(db, linked.all_tables)
-        inputs = {
-            "dialect": db.dialect,
-            "db_schema": schema_text,
-            "question": question,
-            "evidence": evidence,
-        }
+        schema_text = inputs["db_schema"]
         candidates = self.sampler(db=db, **inputs)
         ran.record("generator")
         ask = {"db": db, "question": question, "evidence": evidence, "db_schema": schema_text}

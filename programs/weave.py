@@ -172,8 +172,6 @@ class WeaveSQL(SQLProgram):
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         ran = stage_registry.Ran()
-        schema = self.schema_text(db)
-
         found = self.demo_source.retrieve(question, db, evidence)
         ran.record("demos", self.demo_source)
 
@@ -182,20 +180,12 @@ class WeaveSQL(SQLProgram):
             mentioned = ValueIndex.build(db).mentioned(question)
             ran.record("values")
 
-        linked = stage_registry.link(
-            self.linker, question=question, db=db, db_schema=schema, evidence=evidence, ran=ran
+        inputs, linked = stage_registry.linked_inputs(
+            self.linker, self.schema_text, question=question, db=db, evidence=evidence, ran=ran
         )
-        if linked:
-            schema = self.schema_text(db, linked.all_tables)
-
-        inputs = {
-            "dialect": db.dialect,
-            "db_schema": schema,
-            "question": question,
-            "evidence": evidence,
-            "examples": format_examples(found),
-            "value_hints": format_values(mentioned),
-        }
+        schema = inputs["db_schema"]
+        inputs["examples"] = format_examples(found)
+        inputs["value_hints"] = format_values(mentioned)
         candidates = self.sampler(db=db, **inputs)
         ran.record("generator")
         if self.samples > 1:

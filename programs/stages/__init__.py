@@ -75,7 +75,7 @@ shown) and ``history`` (the correction attempts). LM calls and tokens are never 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import dspy
@@ -329,6 +329,34 @@ def link(
     return out
 
 
+def linked_inputs(
+    linker: dspy.Module,
+    render: Callable[..., str],
+    *,
+    question: str,
+    db: Any,
+    evidence: str = "",
+    ran: Ran | None = None,
+) -> tuple[dict[str, Any], Any]:
+    """A generator's inputs (``dialect``, ``db_schema``, ``question``, ``evidence``) and
+    ``linker``'s link (:func:`link`, None for the ``none`` linker).
+
+    ``render(db)`` is the schema the linker reads; when it linked any table, the prompt's schema
+    is ``render(db, linked.all_tables)`` instead.
+    """
+    db_schema = render(db)
+    linked = link(linker, question=question, db=db, db_schema=db_schema, evidence=evidence, ran=ran)
+    if linked:
+        db_schema = render(db, linked.all_tables)
+    inputs = {
+        "dialect": db.dialect,
+        "db_schema": db_schema,
+        "question": question,
+        "evidence": evidence,
+    }
+    return inputs, linked
+
+
 def _texts(items: Iterable[Any] | None, attr: str) -> list[str]:
     out = []
     for item in items or []:
@@ -398,6 +426,7 @@ __all__ = [
     "declares",
     "is_none",
     "link",
+    "linked_inputs",
     "name_of",
     "register",
     "result",
