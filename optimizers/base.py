@@ -138,6 +138,25 @@ def config_of(teleprompter: Any) -> dict[str, Any]:
     return {"optimizer": type(teleprompter).__qualname__}
 
 
+class _PassedDown:
+    """A setting of a :class:`Wrapper` (``budget``, ``checkpoint``) that reaches every sqlweave
+    optimizer it wraps: the wrapper keeps it as ``_<name>`` and sets it on each wrapped
+    :class:`SQLTeleprompter` too."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.held = f"_{name}"
+
+    def __get__(self, wrapper: Any, owner: type | None = None) -> Any:
+        return self if wrapper is None else getattr(wrapper, self.held)
+
+    def __set__(self, wrapper: Any, value: Any) -> None:
+        setattr(wrapper, self.held, value)
+        for inner in wrapper.wrapped:
+            if isinstance(inner, SQLTeleprompter):
+                setattr(inner, self.name, value)
+
+
 class Wrapper(SQLTeleprompter):
     """An optimizer around others (``wrapped``): ``budget`` and ``checkpoint`` set on it reach
     every sqlweave optimizer inside; ``details`` and ``budget_stopped`` gather theirs."""
@@ -157,27 +176,8 @@ class Wrapper(SQLTeleprompter):
     def replays(self) -> bool:  # type: ignore[override]
         return all(getattr(w, "replays", False) for w in self.wrapped)
 
-    @property
-    def budget(self) -> CallBudget | None:  # type: ignore[override]
-        return self._budget
-
-    @budget.setter
-    def budget(self, value: CallBudget | None) -> None:
-        self._budget = value
-        for inner in self.wrapped:
-            if isinstance(inner, SQLTeleprompter):
-                inner.budget = value
-
-    @property
-    def checkpoint(self) -> Checkpoint | None:  # type: ignore[override]
-        return self._checkpoint
-
-    @checkpoint.setter
-    def checkpoint(self, value: Checkpoint | None) -> None:
-        self._checkpoint = value
-        for inner in self.wrapped:
-            if isinstance(inner, SQLTeleprompter):
-                inner.checkpoint = value
+    budget = _PassedDown()
+    checkpoint = _PassedDown()
 
     @property
     def details(self) -> dict[str, Any]:  # type: ignore[override]
