@@ -281,7 +281,11 @@ def test_evaluate_killed_mid_run_resumes_without_gaps_or_repeats(
     assert len(ids) == n and len(set(ids)) == n  # every question exactly once
     assert ids[: len(before)] == before  # finished records were kept, not redone
     calls = int(done.stderr.rsplit("LM_CALLS=", 1)[1].split()[0])
-    assert calls == n - len(before)  # only the unfinished questions (in flight included) ran
+    from sqlweave.programs.presets import DEFAULT_PRESET, get_preset
+
+    # one batched call per prompt of the default preset, for each unfinished question only
+    prompts = len(str(get_preset(DEFAULT_PRESET).switches.get("generators", "one")).split(","))
+    assert calls == prompts * (n - len(before))  # only the unfinished ones (in flight included)
 
 
 def test_demo_compiles_by_switch_search_evaluates_beside_naive_and_asks(

@@ -137,7 +137,9 @@ def test_evaluate_json_in_percent(dummy_model: dict, spider_root: Path, tmp_path
     assert sidecar["provenance"]["sqlweave"] == __version__
     commit = sidecar["provenance"]["commit"]
     assert commit is None or re.fullmatch(r"[0-9a-f]{40}", commit)
-    assert read_provenance(out)["program"] == "direct"
+    from sqlweave.programs.presets import DEFAULT_PRESET, get_preset
+
+    assert read_provenance(out)["program"] == get_preset(DEFAULT_PRESET).program
     records = [json.loads(line) for line in out.read_text().splitlines()]
     expected = 100 * sum(r["correct"] for r in records) / len(records)
     assert summary["ex_pct"] == pytest.approx(expected)
@@ -239,7 +241,10 @@ def test_compile_on_a_questions_file_says_when_it_kept_the_defaults(
          "--out", str(out), "--no-progress"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "compiled direct with bootstrap on 4 train examples" in result.output
+    from sqlweave.programs.presets import DEFAULT_PRESET, get_preset
+
+    program = get_preset(DEFAULT_PRESET).program
+    assert f"compiled {program} with bootstrap on 4 train examples" in result.output
     assert "validation EX 0.0% (n=1) on a seeded 20% of the train questions" in result.output
     assert "the compile kept the program as it was: no demonstration added" in result.output
     inspected = runner.invoke(app, ["inspect", str(out)]).output

@@ -74,7 +74,8 @@ def readme_figures(readme_text: str) -> list[tuple[str, str, str, tuple[str, str
         for column, cell in row.items():
             if column.endswith("EX [95% CI]") and (m := LEADING.match(cell)):
                 out.append(("README Results", column.split()[0], m.group(1), interval(cell)))
-    presets = table(section(readme_text, "Presets"))
+    presets_text = section(readme_text, "Presets")  # figures there only if it holds a table
+    presets = table(presets_text) if "\n|" in "\n" + presets_text else []
     for row in presets:
         for column in ("decision set", "spider-train-val"):
             if m := LEADING.match(row[column]):

@@ -420,7 +420,7 @@ def test_cli_search_and_inspect_print_the_history(
     ("extra", "message"),
     [
         (["--space", "schema_layout"], "--space needs switch=a,b,c"),
-        (["--space", "bogus=1,2"], "unknown switch 'bogus' for program direct"),
+        (["--space", "bogus=1,2"], "unknown switch 'bogus' for program"),
         (["--space", "samples=one,two"], "switch samples expects an integer"),
         (["--trials", "0"], "--trials must be 1 or more"),
         (["--sampler", "anneal"], "--sampler must be one of"),
@@ -443,8 +443,8 @@ def test_cli_validates_on_a_named_slice_of_unseen_databases(
     """--val spider-train-val: its first --n-val questions, and no train question on its
     databases (a choice made on it is one that carries over to databases never seen)."""
     out = tmp_path / "searched.json"
-    args = ["compile", "--optimizer", "search", "--no-progress", "--out", str(out)]
-    args += ["--data-root", str(spider_root), "--n-train", "40"]
+    args = ["compile", "--program", "direct", "--optimizer", "search", "--no-progress"]
+    args += ["--out", str(out), "--data-root", str(spider_root), "--n-train", "40"]
     args += ["--val", "spider-train-val", "--n-val", "3", "--space", "schema_layout=native,compact"]
     args += ["--set", "schema_layout=native"]
     result = runner.invoke(app, args)

@@ -386,7 +386,10 @@ def test_the_command_listens_on_loopback_by_default(monkeypatch: pytest.MonkeyPa
     with _client(seen["app"]) as c:
         health = c.get("/health").json()
     assert health["model"] == "openai/x" and health["databases"] == ["concert_singer"]
-    assert health["serialized"] is False and health["program"] == "direct"
+    from sqlweave.programs.presets import DEFAULT_PRESET, get_preset
+
+    assert health["serialized"] is False
+    assert health["program"] == get_preset(DEFAULT_PRESET).program
     assert "--host" in CliRunner().invoke(app, ["serve", "--help"]).output
     missing = CliRunner().invoke(app, ["serve", "--db", "nope.sqlite", "--model", "openai/x"])
     assert missing.exit_code == 2 and "not found" in missing.output
