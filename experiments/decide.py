@@ -497,56 +497,50 @@ def cmd_rule18(args: argparse.Namespace) -> None:
     print(f"wrote {out}")
 
 
-def union_records(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per question both runs hold: ``a``'s record with ``b``'s candidates appended (the pool of
-    both programs' LM calls, every candidate one vote)."""
-    other = {str(r["question_id"]): r for r in b if r.get("candidates")}
-    return [
-        {
-            **r,
-            "candidates": list(r["candidates"]) + list(other[str(r["question_id"])]["candidates"]),
-        }
-        for r in a
-        if r.get("candidates") and str(r["question_id"]) in other
-    ]
-
-
-def cmd_union(args: argparse.Namespace) -> None:
-    a, b = Path(args.a), Path(args.b)
-    name = args.name or f"union__{a.name.split('__')[1]}+{b.name.split('__')[1]}"
-    out = RESULTS / f"{name}.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    rows = union_records(read_records(a), read_records(b))
-    out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    print(f"wrote {out} ({len(rows)} questions); replay it with: decide.py table {out} "
-          f"--slice {args.slice}")  # fmt: skip
-
-
 def mix_records(
-    a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], first: int, generator: str
+    a: Sequence[dict[str, Any]],
+    b: Sequence[dict[str, Any]],
+    first: int | None = None,
+    generator: str = "",
 ) -> list[dict[str, Any]]:
-    """Per question both runs hold (rule 19): ``a``'s record with its first ``first``
-    candidates, then ``b``'s candidates whose origin is ``generator``'s (each join repair as
-    recorded, in place): one pool replayed from two runs' LM calls."""
+    """Per question both runs hold: ``a``'s record with its first ``first`` candidates (all
+    by default), then ``b``'s candidates, only ``generator``'s if one is named (each join repair
+    as recorded, in place): one pool replayed from two runs' LM calls, every candidate one vote.
+    With the defaults, the union of both pools (``union``); rule 19's pool M takes four of
+    ``a``'s and ``b``'s ``dubo_v1`` ones (``mix``)."""
     other = {str(r["question_id"]): r for r in b if r.get("candidates")}
     out = []
     for r in a:
         qid = str(r["question_id"])
         if not r.get("candidates") or qid not in other:
             continue
-        theirs = [c for c in other[qid]["candidates"]
-                  if str(c.get("origin") or "").split(":")[0] == generator]  # fmt: skip
+        theirs = [
+            c
+            for c in other[qid]["candidates"]
+            if not generator or str(c.get("origin") or "").split(":")[0] == generator
+        ]
         out.append({**r, "candidates": list(r["candidates"][:first]) + theirs})
     return out
 
 
-def cmd_mix(args: argparse.Namespace) -> None:
-    out = RESULTS / f"{args.name}.jsonl"
+def _write_pool(name: str, rows: list[dict[str, Any]], slice_name: str) -> None:
+    """``rows`` as a records file ``table`` reads, under the results folder."""
+    out = RESULTS / f"{name}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows = mix_records(read_records(args.a), read_records(args.b), args.first, args.generator)
     out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     print(f"wrote {out} ({len(rows)} questions); replay it with: decide.py table {out} "
-          f"--slice {args.slice}")  # fmt: skip
+          f"--slice {slice_name}")  # fmt: skip
+
+
+def cmd_union(args: argparse.Namespace) -> None:
+    a, b = Path(args.a), Path(args.b)
+    name = args.name or f"union__{a.name.split('__')[1]}+{b.name.split('__')[1]}"
+    _write_pool(name, mix_records(read_records(a), read_records(b)), args.slice)
+
+
+def cmd_mix(args: argparse.Namespace) -> None:
+    rows = mix_records(read_records(args.a), read_records(args.b), args.first, args.generator)
+    _write_pool(args.name, rows, args.slice)
 
 
 def design_verdicts(table: Sequence[dict[str, Any]], design: str) -> dict[str, bool]:

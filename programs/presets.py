@@ -41,10 +41,14 @@ class Preset:
     space: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
 
     @property
+    def prompts(self) -> int:
+        """Prompts a question is asked: one per generator (``generators``), else one."""
+        return len(str(self.switches.get("generators", "")).split(","))
+
+    @property
     def candidates(self) -> int:
-        """Candidates a question draws (before any repair): ``samples`` for each generator."""
-        generators = str(self.switches.get("generators", "")).split(",")
-        return int(self.switches.get("samples", 1)) * len(generators)
+        """Candidates a question draws (before any repair): ``samples`` for each prompt."""
+        return int(self.switches.get("samples", 1)) * self.prompts
 
     def describe(self) -> str:
         """One line: the program and its switches."""

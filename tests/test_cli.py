@@ -284,7 +284,7 @@ def test_evaluate_killed_mid_run_resumes_without_gaps_or_repeats(
     from sqlweave.programs.presets import DEFAULT_PRESET, get_preset
 
     # one batched call per prompt of the default preset, for each unfinished question only
-    prompts = len(str(get_preset(DEFAULT_PRESET).switches.get("generators", "one")).split(","))
+    prompts = get_preset(DEFAULT_PRESET).prompts
     assert calls == prompts * (n - len(before))  # only the unfinished ones (in flight included)
 
 

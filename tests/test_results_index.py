@@ -41,8 +41,10 @@ def section(text: str, heading: str) -> str:
 
 
 def table(text: str) -> list[dict[str, str]]:
-    """The first Markdown table in ``text``, as dicts keyed by its header."""
+    """The first Markdown table in ``text``, as dicts keyed by its header (none: ``[]``)."""
     rows = [line for line in text.splitlines() if line.startswith("|")]
+    if not rows:  # a section without a table (the README's Presets is a list)
+        return []
     split = [[cell.strip() for cell in row.strip().strip("|").split("|")] for row in rows]
     header, body = split[0], split[2:]
     return [dict(zip(header, cells, strict=True)) for cells in body]
@@ -74,8 +76,7 @@ def readme_figures(readme_text: str) -> list[tuple[str, str, str, tuple[str, str
         for column, cell in row.items():
             if column.endswith("EX [95% CI]") and (m := LEADING.match(cell)):
                 out.append(("README Results", column.split()[0], m.group(1), interval(cell)))
-    presets_text = section(readme_text, "Presets")  # figures there only if it holds a table
-    presets = table(presets_text) if "\n|" in "\n" + presets_text else []
+    presets = table(section(readme_text, "Presets"))
     for row in presets:
         for column in ("decision set", "spider-train-val"):
             if m := LEADING.match(row[column]):

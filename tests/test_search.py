@@ -36,6 +36,7 @@ from sqlweave.optimizers import (
     trainset_hash,
 )
 from sqlweave.optimizers.search import check_space, default_space
+from sqlweave.programs.presets import DEFAULT_PRESET, PRESETS
 
 pytest.importorskip("optuna")
 
@@ -44,6 +45,8 @@ WRONG = "SELECT 1"
 #: In concert_singer's schema as the compact layout renders it, in neither native nor pretty.
 COMPACT = '"Singer_ID" INTEGER, "Name" TEXT'
 LAYOUTS = {"schema_layout": ["native", "compact", "pretty"]}
+#: What a compile with no program option builds (the default preset's program).
+DEFAULT_PROGRAM = PRESETS[DEFAULT_PRESET].program
 
 
 def native_direct() -> Any:
@@ -420,7 +423,7 @@ def test_cli_search_and_inspect_print_the_history(
     ("extra", "message"),
     [
         (["--space", "schema_layout"], "--space needs switch=a,b,c"),
-        (["--space", "bogus=1,2"], "unknown switch 'bogus' for program"),
+        (["--space", "bogus=1,2"], f"unknown switch 'bogus' for program {DEFAULT_PROGRAM}"),
         (["--space", "samples=one,two"], "switch samples expects an integer"),
         (["--trials", "0"], "--trials must be 1 or more"),
         (["--sampler", "anneal"], "--sampler must be one of"),
