@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from sqlweave.confidence import (
     FEATURES,
+    POOL_FEATURES,
     WEIGHTS_FILE,
     Calibrator,
     confidence_figures,
@@ -41,11 +42,13 @@ from sqlweave.confidence import (
     packaged_calibrators,
     packaged_threshold,
     threshold_for,
+    threshold_for_all,
 )
 from sqlweave.data import load_slice
 from sqlweave.evaluate import read_records
 from sqlweave.programs.stages.confidence import evidence
 from sqlweave.programs.stages.grounding import GroundedSelector
+from sqlweave.stats import cluster_bootstrap
 
 RESULTS = Path(__file__).resolve().parent / "results" / "confidence"
 #: Precision the threshold must keep above it (issue 62).
@@ -76,6 +79,7 @@ def answer_rows(record: dict[str, Any], example: Any, scope: str) -> dict[str, A
             final = corrected(judge, chosen, question, True)
             out["pool"], _ = evidence(question, pool, final, judge.db)
             out["pool_right"] = judge.correct(final)
+            out["pool_sql"] = final
         else:
             out["pool"], out["pool_right"] = dict(FAILED), False
         greedy = record["candidates"][0]
@@ -85,6 +89,7 @@ def answer_rows(record: dict[str, Any], example: Any, scope: str) -> dict[str, A
             single = judge.fixed(greedy["sql"])
             out["single"], _ = evidence(question, [single], single, judge.db)
             out["single_right"] = judge.correct(single)
+            out["single_sql"] = single
         return out
     finally:
         judge.db.close()
@@ -121,12 +126,18 @@ def _xy(rows: Sequence[dict[str, Any]], kind: str) -> tuple[list[dict], list[boo
     return [r[kind] for r in rows], [bool(r[f"{kind}_right"]) for r in rows]
 
 
-def out_of_fold(rows: Sequence[dict[str, Any]], kind: str) -> list[float]:
+#: The feature sets rule 20 compares: C1 (rule 17's) and C2 (with the answer's shape).
+FEATURE_SETS = {"pool": POOL_FEATURES, "shape": FEATURES}
+
+
+def out_of_fold(
+    rows: Sequence[dict[str, Any]], kind: str, features: Sequence[str] = POOL_FEATURES
+) -> list[float]:
     fold = folds_by_db(rows)
     scores = [0.0] * len(rows)
     for k in range(5):
         train = [r for r in rows if fold[r["db_id"]] != k]
-        model = fit_calibrator(*_xy(train, kind))
+        model = fit_calibrator(*_xy(train, kind), features=features)
         for i, r in enumerate(rows):
             if fold[r["db_id"]] == k:
                 scores[i] = model.probability(r[kind])
@@ -164,9 +175,20 @@ def plot(curves: dict[str, tuple[list[float], list[bool]]], path: Path) -> None:
     print(f"wrote {path}")
 
 
+def kept_provenance(provenance: dict[str, Any], kind: str) -> dict[str, Any]:
+    """Where a model kept from the shipped file was fitted: its own ``<kind>_kept`` entry when
+    an earlier refit already kept it (else that entry would be lost on the second refit)."""
+    return provenance.get(f"{kind}_kept") or {
+        "fitted_on": provenance.get("fitted_on"),
+        f"{kind}_out_of_fold": provenance.get(f"{kind}_out_of_fold"),
+    }
+
+
 def cmd_fit(args: argparse.Namespace) -> None:
     """Fit ``--refit`` kinds on the rows; a kind not refitted keeps the shipped model and its
-    provenance (rule 17a: a new design refits the ``pool`` model only)."""
+    provenance (rule 17a: a new design refits the ``pool`` model only). ``--features``: the
+    ``pool`` model's feature set (rule 20); ``--second``: spider-train-val's rows, which the
+    threshold must also hold on (rule 20; rule 17 chose it on the decision set alone)."""
     rows = list(read_records(args.rows))
     refit = [k for k in ("pool", "single") if k in args.refit.split(",")]
     if "pool" not in refit:
@@ -176,30 +198,81 @@ def cmd_fit(args: argparse.Namespace) -> None:
     models = dict(shipped["models"])
     curves = {}
     for kind in refit:
-        scores = out_of_fold(rows, kind)
+        feats = FEATURE_SETS[args.features] if kind == "pool" else POOL_FEATURES
+        scores = out_of_fold(rows, kind, feats)
         labels = _xy(rows, kind)[1]
-        cut = threshold_for(scores, labels, TARGET_PRECISION)
+        model = fit_calibrator(*_xy(rows, kind), features=feats)
+        if kind == "pool" and args.second:
+            second = _xy(list(read_records(args.second)), kind)
+            on_second = [model.probability(f) for f in second[0]]
+            cut = threshold_for_all([(scores, labels), (on_second, second[1])], TARGET_PRECISION)
+            report["pool_second_check"] = figures(on_second, second[1], cut)
+            report["second_check_rows"] = Path(args.second).name
+        else:
+            cut = threshold_for(scores, labels, TARGET_PRECISION)
         report[f"{kind}_out_of_fold"] = figures(scores, labels, cut)
         curves[f"{kind} (out of fold)"] = (scores, labels)
         print(f"{kind}: {report[f'{kind}_out_of_fold']}")
-        models[kind] = fit_calibrator(*_xy(rows, kind)).as_dict()
+        models[kind] = model.as_dict()
     for kind in {"pool", "single"} - set(refit):
-        report[f"{kind}_kept"] = {
-            "fitted_on": shipped["provenance"].get("fitted_on"),
-            f"{kind}_out_of_fold": shipped["provenance"].get(f"{kind}_out_of_fold"),
-        }
+        report[f"{kind}_kept"] = kept_provenance(shipped["provenance"], kind)
     threshold = report["pool_out_of_fold"]["threshold"]
     payload = {
         "models": models,
         "threshold": threshold,
         "features": list(FEATURES),
         "provenance": report,
-        "how": "experiments/fit_confidence.py fit (docs/decisions.md, rules 17, 17a and 18b)",
+        "how": "experiments/fit_confidence.py fit (docs/decisions.md, rules 17, 17a, 18b and 20)",
     }
     WEIGHTS_FILE.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {WEIGHTS_FILE} (threshold {threshold})")
     if args.plot:
         plot(curves, Path(args.plot))
+
+
+def brier(scores: Sequence[float], labels: Sequence[bool]) -> list[float]:
+    """Each answer's squared error of its confidence against its verdict."""
+    return [(s - float(y)) ** 2 for s, y in zip(scores, labels, strict=True)]
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    """Rule 20: C2 (:data:`FEATURES`) against C1 (:data:`POOL_FEATURES`), ``pool`` answers."""
+    rows = list(read_records(args.rows))
+    second = list(read_records(args.second))
+    labels, dbs = _xy(rows, "pool")[1], [r["db_id"] for r in rows]
+    oof = {name: out_of_fold(rows, "pool", feats) for name, feats in FEATURE_SETS.items()}
+    full = {
+        name: fit_calibrator(*_xy(rows, "pool"), features=feats)
+        for name, feats in FEATURE_SETS.items()
+    }
+    feats2, labels2 = _xy(second, "pool")
+    on_second = {name: [m.probability(f) for f in feats2] for name, m in full.items()}
+    diff = [
+        b - a for a, b in zip(brier(oof["pool"], labels), brier(oof["shape"], labels), strict=True)
+    ]
+    mean, low, high = cluster_bootstrap(diff, dbs)
+    second_brier = {k: float(np.mean(brier(v, labels2))) for k, v in on_second.items()}
+    adopted = high < 0 and second_brier["shape"] <= second_brier["pool"]
+    report: dict[str, Any] = {
+        "rule": "docs/decisions.md, rule 20",
+        "decision_set": Path(args.rows).name,
+        "second_check": Path(args.second).name,
+        "brier_out_of_fold": {
+            k: round(float(np.mean(brier(v, labels))), 4) for k, v in oof.items()
+        },
+        "brier_c2_minus_c1": {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4)},
+        "brier_second_check": {k: round(v, 4) for k, v in second_brier.items()},
+        "c2_adopted": adopted,
+    }
+    for name in FEATURE_SETS:
+        cut = threshold_for_all([(oof[name], labels), (on_second[name], labels2)], TARGET_PRECISION)
+        report[f"{name}_out_of_fold"] = figures(oof[name], labels, cut)
+        report[f"{name}_second_check"] = figures(on_second[name], labels2, cut)
+        report[f"{name}_weights"] = full[name].as_dict()
+    print(json.dumps(report, indent=1))
+    out = RESULTS / "rule20.json"
+    out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
 
 
 def cmd_check(args: argparse.Namespace) -> None:
@@ -230,7 +303,13 @@ def main() -> None:
     f.add_argument("rows")
     f.add_argument("--plot", default="")
     f.add_argument("--refit", default="pool,single", help="the models refitted (others kept)")
+    f.add_argument("--features", choices=sorted(FEATURE_SETS), default="pool")
+    f.add_argument("--second", default="", help="spider-train-val's rows (rule 20's threshold)")
     f.set_defaults(func=cmd_fit)
+    m = sub.add_parser("compare", help="rule 20: the confidence with the answer's shape or not")
+    m.add_argument("rows", help="the decision set's rows")
+    m.add_argument("--second", required=True, help="spider-train-val's rows (the second check)")
+    m.set_defaults(func=cmd_compare)
     c = sub.add_parser("check")
     c.add_argument("rows", nargs="+")
     c.add_argument("--out", default="")

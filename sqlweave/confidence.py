@@ -28,8 +28,8 @@ from typing import Any
 
 #: The fitted models and threshold (``experiments/fit_confidence.py``).
 WEIGHTS_FILE = Path(__file__).with_name("confidence.json")
-#: The features :func:`sqlweave.programs.stages.confidence.evidence` computes, in the order the models read them.
-FEATURES = (
+#: How the pool splits and the answer's result (rule 17's features, docs/decisions.md).
+POOL_FEATURES = (
     "agree",
     "margin",
     "ran",
@@ -40,6 +40,12 @@ FEATURES = (
     "null",
     "one_row",
 )
+#: What the answer's SQL and its database look like (rule 20): harder queries over bigger
+#: schemas are wrong more often at the same vote.
+SHAPE_FEATURES = ("hardness", "tables", "schema_tables")
+#: Every feature :func:`sqlweave.programs.stages.confidence.evidence` computes; a model reads
+#: those it has weights for.
+FEATURES = POOL_FEATURES + SHAPE_FEATURES
 
 
 @dataclass(frozen=True)
@@ -106,18 +112,22 @@ def recalibrated(p: float, params: Mapping[str, float] | None) -> float:
 
 
 def fit_calibrator(
-    rows: Sequence[Mapping[str, float]], labels: Sequence[bool], *, c: float = 1.0
+    rows: Sequence[Mapping[str, float]],
+    labels: Sequence[bool],
+    *,
+    c: float = 1.0,
+    features: Sequence[str] = POOL_FEATURES,
 ) -> Calibrator:
-    """A logistic model on ``rows`` (:data:`FEATURES` dicts) against ``labels`` (right or not);
-    ``c``: inverse L2 strength (scikit-learn's ``C``)."""
+    """A logistic model on ``rows`` (feature dicts) against ``labels`` (right or not), reading
+    ``features``; ``c``: inverse L2 strength (scikit-learn's ``C``)."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression
 
     if len(set(labels)) < 2:
         raise ValueError("fitting a calibrator needs right and wrong answers among the labels")
-    x = np.array([[float(r.get(k, 0.0)) for k in FEATURES] for r in rows])
+    x = np.array([[float(r.get(k, 0.0)) for k in features] for r in rows])
     model = LogisticRegression(C=c, max_iter=1000).fit(x, np.array(labels, dtype=int))
-    weights = {k: float(w) for k, w in zip(FEATURES, model.coef_[0], strict=True)}
+    weights = {k: float(w) for k, w in zip(features, model.coef_[0], strict=True)}
     return Calibrator(weights, float(model.intercept_[0]))
 
 
@@ -170,6 +180,21 @@ def threshold_for(scores: Sequence[float], labels: Sequence[bool], target: float
     for t in np.unique(s):  # ascending: the first that reaches the target keeps the most answers
         above = s >= t
         if above.any() and y[above].mean() >= target:
+            return float(t)
+    return 1.0
+
+
+def threshold_for_all(
+    sets: Sequence[tuple[Sequence[float], Sequence[bool]]], target: float
+) -> float:
+    """The lowest confidence whose answers at or above it are right at least ``target`` of the
+    time in **every** ``(scores, labels)`` set (a set with none above counts as right; 1.0 when
+    no cut holds everywhere): rule 20 asks it of the decision set and spider-train-val."""
+    import numpy as np
+
+    arrays = [(np.asarray(s, dtype=float), np.asarray(y, dtype=float)) for s, y in sets]
+    for t in np.unique(np.concatenate([s for s, _ in arrays])):
+        if all(not (s >= t).any() or y[s >= t].mean() >= target for s, y in arrays):
             return float(t)
     return 1.0
 

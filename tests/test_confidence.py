@@ -5,6 +5,7 @@ and the alternatives an unsure answer shows. Real SQLite, no LM."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -15,9 +16,11 @@ from sqlweave.confidence import (
     fit_calibrator,
     packaged_calibrators,
     packaged_threshold,
+    threshold_for_all,
 )
 from sqlweave.db import Database
-from sqlweave.programs.stages.confidence import assess, evidence, record_confidence
+from sqlweave.programs.stages.confidence import assess, evidence, record_confidence, sql_shape
+from sqlweave.stats import cluster_bootstrap
 
 SINGERS = "SELECT count(*) FROM singer"
 CONCERTS = "SELECT count(*) FROM singer_in_concert"
@@ -40,6 +43,49 @@ def test_evidence_reads_how_the_pool_splits(db: Database) -> None:
     assert set(features) == set(FEATURES)
     assert readings[0].sql == SINGERS and readings[1].sql == CONCERTS
     assert readings[1].share == pytest.approx(2 / 8) and readings[1].rows == ((10,),)
+
+
+def test_sql_shape_reads_the_answer_and_the_database_never_gold(db: Database) -> None:
+    """Rule 20's features: a nested four-table query is harder and reads more tables than a
+    one-table count; SQL that does not parse counts as hardest; the schema size is the whole
+    database's (four tables in concert_singer), also through a scoped view."""
+    easy = sql_shape(SINGERS, db)
+    nested = sql_shape(
+        "SELECT T1.Name FROM singer AS T1 JOIN singer_in_concert AS T2 ON T1.Singer_ID = "
+        "T2.Singer_ID JOIN concert AS T3 ON T2.concert_ID = T3.concert_ID WHERE T3.Stadium_ID "
+        "IN (SELECT Stadium_ID FROM stadium WHERE Capacity > 1000) GROUP BY T1.Name",
+        db,
+    )
+    assert easy["hardness"] == 0.0 and nested["hardness"] == 1.0
+    assert easy["tables"] == pytest.approx(math.log1p(1))
+    assert nested["tables"] == pytest.approx(math.log1p(4))
+    assert sql_shape("this is not sql at all", db)["hardness"] == 1.0
+    assert easy["schema_tables"] == pytest.approx(math.log1p(4))
+    from sqlweave.db import TableScope
+
+    view = db.scoped(TableScope(frozenset({"singer"})))
+    assert sql_shape(SINGERS, view)["schema_tables"] == pytest.approx(math.log1p(4))
+
+
+def test_threshold_for_all_holds_on_every_set() -> None:
+    """The cut must keep >= target right on both sets: the second set's wrong answers at 0.8
+    push it above where the first set alone would put it."""
+    first = ([0.5, 0.6, 0.7, 0.8, 0.9], [False, True, True, True, True])
+    second = ([0.6, 0.8, 0.9], [True, False, True])
+    assert threshold_for_all([first], 0.9) == 0.6
+    assert threshold_for_all([first, second], 0.9) == 0.9
+    assert threshold_for_all([([0.5], [False])], 0.9) == 1.0
+
+
+def test_cluster_bootstrap_is_wider_than_its_clusters_are_alike() -> None:
+    """Resampling whole databases: one database all 1s and one all 0s leaves the mean
+    anywhere between; identical databases leave it where it is."""
+    mean, low, high = cluster_bootstrap([1.0] * 10 + [0.0] * 10, ["a"] * 10 + ["b"] * 10)
+    assert mean == 0.5 and low == 0.0 and high == 1.0
+    mean, low, high = cluster_bootstrap([1.0, 0.0] * 10, [str(i // 2) for i in range(20)])
+    assert mean == low == high == 0.5
+    with pytest.raises(ValueError, match="length"):
+        cluster_bootstrap([1.0], [])
 
 
 def test_an_answer_outside_the_pool_agrees_with_nobody(db: Database) -> None:

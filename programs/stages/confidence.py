@@ -83,7 +83,8 @@ def evidence(
     the largest share of another result; ``ran``: the share of candidates that ran;
     ``log_classes``: log of 1 + the number of distinct results; ``grounded``: the answer's
     string values are stored in the database; ``grounded_agree``: the share of the grounded
-    candidates that agree with the answer; ``empty``, ``null``, ``one_row``: the answer's shape.
+    candidates that agree with the answer; ``empty``, ``null``, ``one_row``: the answer's shape;
+    and :func:`sql_shape`'s three.
     """
     from sqlweave.programs.stages.grounding import ValueLookup, is_grounded
     from sqlweave.programs.stages.voting import execution_groups, ranked_groups
@@ -113,6 +114,7 @@ def evidence(
         "empty": float(not rows),
         "null": float(bool(rows) and all(v is None for r in rows for v in r)),
         "one_row": float(len(rows) == 1),
+        **sql_shape(sql, db),
     }
     readings = [
         Reading(pool[g.first], g.result.columns, g.result.rows[:5], len(g.members) / n)
@@ -122,6 +124,31 @@ def evidence(
         mine = groups[own]
         readings.sort(key=lambda r: r.sql != pool[mine.first])
     return features, readings
+
+
+def sql_shape(sql: str, db: Database) -> dict[str, float]:
+    """What the answer's query and its database look like, never read from gold:
+    ``hardness``, Spider's level of ``sql`` as 0, 1/3, 2/3, 1 (1 when it does not parse);
+    ``tables``, log(1 + the distinct tables it reads); ``schema_tables``, log(1 + the tables of
+    the whole database). Harder queries over bigger schemas are wrong more often at the same vote
+    (docs/decisions.md, rule 20)."""
+    from sqlglot import exp
+
+    from sqlweave.hardness import HARDNESS_LEVELS, spider_hardness
+    from sqlweave.schema import introspect, unscoped
+    from sqlweave.sqlstruct import parse
+
+    try:
+        level = HARDNESS_LEVELS.index(spider_hardness(sql, db.dialect)) / 3
+    except ValueError:
+        level = 1.0
+    tree = parse(sql, db.dialect)
+    read = {t.name.lower() for t in tree.find_all(exp.Table) if t.name} if tree else set()
+    return {
+        "hardness": level,
+        "tables": math.log1p(len(read)),
+        "schema_tables": math.log1p(len(introspect(unscoped(db)).tables)),
+    }
 
 
 def assess(
