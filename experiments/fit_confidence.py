@@ -77,7 +77,7 @@ def answer_rows(record: dict[str, Any], example: Any, scope: str) -> dict[str, A
         if pool:
             chosen = GroundedSelector()(candidates=pool, db=judge.db, question=question).sql
             final = corrected(judge, chosen, question, True)
-            out["pool"], _ = evidence(question, pool, final, judge.db)
+            out["pool"], _ = evidence(question, pool, final, judge.db, shape=True)
             out["pool_right"] = judge.correct(final)
             out["pool_sql"] = final
         else:
@@ -87,7 +87,7 @@ def answer_rows(record: dict[str, Any], example: Any, scope: str) -> dict[str, A
             out["single"], out["single_right"] = dict(FAILED), False
         else:
             single = judge.fixed(greedy["sql"])
-            out["single"], _ = evidence(question, [single], single, judge.db)
+            out["single"], _ = evidence(question, [single], single, judge.db, shape=True)
             out["single_right"] = judge.correct(single)
             out["single_sql"] = single
         return out

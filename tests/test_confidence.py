@@ -11,6 +11,7 @@ import pytest
 
 from sqlweave.confidence import (
     FEATURES,
+    POOL_FEATURES,
     WEIGHTS_FILE,
     Calibrator,
     fit_calibrator,
@@ -40,7 +41,8 @@ def test_evidence_reads_how_the_pool_splits(db: Database) -> None:
     assert features["agree"] == pytest.approx(5 / 8) and features["ran"] == pytest.approx(7 / 8)
     assert features["margin"] == pytest.approx(3 / 8)
     assert features["empty"] == 0.0 and features["one_row"] == 1.0
-    assert set(features) == set(FEATURES)
+    assert set(features) == set(POOL_FEATURES)
+    assert set(evidence("q", pool, SINGERS, db, shape=True)[0]) == set(FEATURES)
     assert readings[0].sql == SINGERS and readings[1].sql == CONCERTS
     assert readings[1].share == pytest.approx(2 / 8) and readings[1].rows == ((10,),)
 

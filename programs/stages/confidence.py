@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlweave.confidence import (
+    SHAPE_FEATURES,
     Calibrator,
     packaged_calibrators,
     packaged_threshold,
@@ -75,6 +76,7 @@ def evidence(
     db: Database,
     *,
     timeout_s: float = EVIDENCE_TIMEOUT_S,
+    shape: bool = False,
 ) -> tuple[dict[str, float], list[Reading]]:
     """The pool's numbers for the answer ``sql`` (:data:`FEATURES`) and every distinct reading
     of ``candidates`` that runs, the answer's own first.
@@ -84,7 +86,8 @@ def evidence(
     ``log_classes``: log of 1 + the number of distinct results; ``grounded``: the answer's
     string values are stored in the database; ``grounded_agree``: the share of the grounded
     candidates that agree with the answer; ``empty``, ``null``, ``one_row``: the answer's shape;
-    and :func:`sql_shape`'s three.
+    with ``shape``, :func:`sql_shape`'s three too (the shipped models do not read them: rule 20
+    found them no help, and they introspect the whole database).
     """
     from sqlweave.programs.stages.grounding import ValueLookup, is_grounded
     from sqlweave.programs.stages.voting import execution_groups, ranked_groups
@@ -114,7 +117,7 @@ def evidence(
         "empty": float(not rows),
         "null": float(bool(rows) and all(v is None for r in rows for v in r)),
         "one_row": float(len(rows) == 1),
-        **sql_shape(sql, db),
+        **(sql_shape(sql, db) if shape else {}),
     }
     readings = [
         Reading(pool[g.first], g.result.columns, g.result.rows[:5], len(g.members) / n)
@@ -172,7 +175,8 @@ def assess(
         return Assessment(None, True)
     models = calibrators or packaged_calibrators()
     cut = packaged_threshold() if threshold is None else threshold
-    features, readings = evidence(question, candidates, sql, db)
+    shape = any(k in SHAPE_FEATURES for m in models.values() for k in m.weights)
+    features, readings = evidence(question, candidates, sql, db, shape=shape)
     distinct = [c for c in dict.fromkeys(candidates) if c]
     model = models["pool"] if len(distinct) > 1 or len(candidates) > 1 else models["single"]
     confidence = recalibrated(model.probability(features), recalibration)
