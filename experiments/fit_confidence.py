@@ -200,8 +200,8 @@ def cmd_fit(args: argparse.Namespace) -> None:
     for kind in refit:
         feats = FEATURE_SETS[args.features] if kind == "pool" else POOL_FEATURES
         scores = out_of_fold(rows, kind, feats)
-        labels = _xy(rows, kind)[1]
-        model = fit_calibrator(*_xy(rows, kind), features=feats)
+        features, labels = _xy(rows, kind)
+        model = fit_calibrator(features, labels, features=feats)
         if kind == "pool" and args.second:
             second = _xy(list(read_records(args.second)), kind)
             on_second = [model.probability(f) for f in second[0]]

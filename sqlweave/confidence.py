@@ -173,15 +173,8 @@ def accuracy_at_coverage(scores: Sequence[float], labels: Sequence[bool], covera
 
 def threshold_for(scores: Sequence[float], labels: Sequence[bool], target: float) -> float:
     """The lowest confidence whose answers at or above it are right at least ``target`` of the
-    time (1.0 when none is)."""
-    import numpy as np
-
-    s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=float)
-    for t in np.unique(s):  # ascending: the first that reaches the target keeps the most answers
-        above = s >= t
-        if above.any() and y[above].mean() >= target:
-            return float(t)
-    return 1.0
+    time (1.0 when none is): :func:`threshold_for_all` on one set."""
+    return threshold_for_all([(scores, labels)], target)
 
 
 def threshold_for_all(
@@ -193,6 +186,7 @@ def threshold_for_all(
     import numpy as np
 
     arrays = [(np.asarray(s, dtype=float), np.asarray(y, dtype=float)) for s, y in sets]
+    # ascending: the first cut that holds everywhere keeps the most answers
     for t in np.unique(np.concatenate([s for s, _ in arrays])):
         if all(not (s >= t).any() or y[s >= t].mean() >= target for s, y in arrays):
             return float(t)
