@@ -502,12 +502,14 @@ def mix_records(
     b: Sequence[dict[str, Any]],
     first: int | None = None,
     generator: str = "",
+    take: int | None = None,
 ) -> list[dict[str, Any]]:
     """Per question both runs hold: ``a``'s record with its first ``first`` candidates (all
     by default), then ``b``'s candidates, only ``generator``'s if one is named (each join repair
-    as recorded, in place): one pool replayed from two runs' LM calls, every candidate one vote.
-    With the defaults, the union of both pools (``union``); rule 19's pool M takes four of
-    ``a``'s and ``b``'s ``dubo_v1`` ones (``mix``)."""
+    as recorded, in place), the first ``take`` of those if given: one pool replayed from two
+    runs' LM calls, every candidate one vote. With the defaults, the union of both pools
+    (``union``); rule 19's pool M takes four of ``a``'s and ``b``'s ``dubo_v1`` ones, rule 21's
+    pool T three of each and then a third run's two (``mix`` twice)."""
     other = {str(r["question_id"]): r for r in b if r.get("candidates")}
     out = []
     for r in a:
@@ -519,7 +521,7 @@ def mix_records(
             for c in other[qid]["candidates"]
             if not generator or str(c.get("origin") or "").split(":")[0] == generator
         ]
-        out.append({**r, "candidates": list(r["candidates"][:first]) + theirs})
+        out.append({**r, "candidates": list(r["candidates"][:first]) + theirs[:take]})
     return out
 
 
@@ -539,7 +541,9 @@ def cmd_union(args: argparse.Namespace) -> None:
 
 
 def cmd_mix(args: argparse.Namespace) -> None:
-    rows = mix_records(read_records(args.a), read_records(args.b), args.first, args.generator)
+    rows = mix_records(
+        read_records(args.a), read_records(args.b), args.first, args.generator, args.take
+    )
     _write_pool(args.name, rows, args.slice)
 
 
@@ -611,8 +615,9 @@ def main() -> None:
     m = sub.add_parser("mix", help="a's first N candidates + b's of one generator (rule 19)")
     m.add_argument("a")
     m.add_argument("b")
-    m.add_argument("--first", type=int, required=True)
-    m.add_argument("--generator", required=True)
+    m.add_argument("--first", type=int, default=None, help="a's first N candidates (all)")
+    m.add_argument("--generator", default="", help="only b's candidates from this generator")
+    m.add_argument("--take", type=int, default=None, help="b's first N chosen candidates (all)")
     m.add_argument("--slice", required=True)
     m.add_argument("--name", required=True)
     m.set_defaults(func=cmd_mix)
