@@ -100,6 +100,23 @@ def parse_temperatures(
     return _per_generator(value, names, DEFAULT_TEMPERATURE, "temperature")
 
 
+def parse_samples(value: int | str | Mapping[str, int], names: Sequence[str]) -> dict[str, int]:
+    """Candidates per generator: one number for all (``4``, ``"4"``), or ``"direct=3,sea=2"``
+    (or a dict), unnamed ones at 4; each an integer >= 1 (docs/decisions.md, rule 21: a third
+    prompt at the same budget draws fewer candidates from each)."""
+    if isinstance(value, str) and "=" not in value:
+        value = int(value) if value.strip().isdigit() else value
+    if not isinstance(value, str | Mapping):
+        return dict.fromkeys(names, stage_registry.check_samples(value))
+    counts = _per_generator(value, names, 4, "samples count")
+    out = {}
+    for name, count in counts.items():
+        if count != int(count):
+            raise ValueError(f"samples must be whole numbers, got {name}={count}")
+        out[name] = stage_registry.check_samples(int(count))
+    return out
+
+
 class EnsembleSQL(SQLProgram):
     """Candidates from several generators, pooled, then selected.
 
@@ -109,7 +126,7 @@ class EnsembleSQL(SQLProgram):
       names (``direct``, ``dubo_v1``, ``dubo_v2``, ``sea``, ``pet``), in the
       order they are asked (ties in the vote go to the earliest candidate);
     * ``samples`` (4) and ``temperature`` (0.7): candidates per generator, the first greedy;
-      ``temperature`` is one number or one per generator (``"direct=1.0,dubo_v1=0.7"``);
+      each is one number or one per generator (``"direct=3,sea=2"``, ``"direct=1.0,dubo_v1=0.7"``);
     * ``weights`` (``""``): per-generator vote weights, ``"direct=2,sea=0.5"`` (others 1);
       ``greedy_weight`` (2.0) multiplies the weight of each generator's greedy candidate;
     * ``selector`` (``across``): ``vote`` (the weighted execution vote), ``runoff`` (the vote, and
@@ -171,7 +188,7 @@ class EnsembleSQL(SQLProgram):
     def __init__(
         self,
         generators: str = DEFAULT_GENERATORS,
-        samples: int = 4,
+        samples: int | str = 4,
         temperature: float | str = DEFAULT_TEMPERATURE,
         weights: str = "",
         greedy_weight: float = 2.0,
@@ -185,7 +202,7 @@ class EnsembleSQL(SQLProgram):
         repair_max: int | None = None,
     ) -> None:
         names = parse_names(generators)
-        stage_registry.check_samples(samples)
+        counts = parse_samples(samples, names)
         if greedy_weight < 0:
             raise ValueError(f"greedy_weight must be >= 0, got {greedy_weight!r}")
         super().__init__()
@@ -209,7 +226,7 @@ class EnsembleSQL(SQLProgram):
             setattr(
                 self,
                 f"sample_{name}",
-                Sampler(generator.generate, n=samples, temperature=temperatures[name]),
+                Sampler(generator.generate, n=counts[name], temperature=temperatures[name]),
             )
 
     def generator(self, name: str) -> generator_registry.PromptGenerator:
@@ -239,7 +256,7 @@ class EnsembleSQL(SQLProgram):
         schema_text = ""
         for position, name in enumerate(self.names):
             sampler = getattr(self, f"sample_{name}")
-            remaining = sampler.n * (len(self.names) - position)
+            remaining = sum(getattr(self, f"sample_{n}").n for n in self.names[position:])
             if self.early_stop and self._plain_vote and sqls and tally.settled(sqls, remaining):
                 logger.debug("ensemble: the vote is settled before %s", name)
                 break
@@ -289,4 +306,4 @@ class EnsembleSQL(SQLProgram):
         )
 
 
-__all__ = ["DEFAULT_GENERATORS", "EnsembleSQL", "parse_names", "parse_weights"]
+__all__ = ["DEFAULT_GENERATORS", "EnsembleSQL", "parse_names", "parse_samples", "parse_weights"]

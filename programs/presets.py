@@ -47,8 +47,14 @@ class Preset:
 
     @property
     def candidates(self) -> int:
-        """Candidates a question draws (before any repair): ``samples`` for each prompt."""
-        return int(self.switches.get("samples", 1)) * self.prompts
+        """Candidates a question draws (before any repair): ``samples`` for each prompt, or the
+        sum of a per-generator ``samples`` (``"direct=3,sea=2"``; unnamed generators draw 4)."""
+        samples = self.switches.get("samples", 1)
+        if isinstance(samples, str) and "=" in samples:
+            counts = dict(item.split("=") for item in samples.split(","))
+            names = str(self.switches.get("generators", "")).split(",")
+            return sum(int(counts.get(name, 4)) for name in names)
+        return int(samples) * self.prompts
 
     def describe(self) -> str:
         """One line: the program and its switches."""

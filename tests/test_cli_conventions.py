@@ -197,6 +197,10 @@ def test_switch_types_come_from_type_hints() -> None:
     assert typed_switches("ensemble", ["temperature=0.9"]) == {"temperature": 0.9}
     per = typed_switches("ensemble", ["temperature=direct=1.0,dubo_v1=0.7"])
     assert per == {"temperature": "direct=1.0,dubo_v1=0.7"}
+    # int | str (ensemble's samples): an integer where it reads as one, else the per-generator text
+    assert typed_switches("ensemble", ["samples=3"]) == {"samples": 3}
+    per = typed_switches("ensemble", ["samples=direct=3,sea=2"])
+    assert per == {"samples": "direct=3,sea=2"}
 
 
 def Parameter_empty():  # noqa: N802 - names inspect.Parameter.empty

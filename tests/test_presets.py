@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import sqlweave
 from sqlweave.cli import app
 from sqlweave.data import load_spider
-from sqlweave.programs.presets import DEFAULT_PRESET, PRESETS, get_preset, names, resolve
+from sqlweave.programs.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset, names, resolve
 
 runner = CliRunner()
 COUNT = "SELECT count(*) AS n FROM singer"
@@ -116,3 +116,20 @@ def test_each_preset_answers_with_the_real_local_model(name: str, db_file: Path)
     assert result.ok and result.rows == ((6,),), result.sql
     assert len(result.steps["candidates"]) == PRESETS[name].candidates
     assert 0.0 <= result.confidence <= 1.0
+
+
+def test_a_preset_counts_per_generator_samples() -> None:
+    """Rule 21's pool: 3 + 3 + 2 candidates from three prompts is 8, as 4 + 4 from two."""
+    three = Preset(
+        name="t",
+        program="ensemble",
+        switches={"generators": "direct,dubo_v1,sea", "samples": "direct=3,dubo_v1=3,sea=2"},
+    )
+    assert three.candidates == 8
+    assert (
+        Preset(
+            name="m", program="ensemble", switches={"generators": "a,b", "samples": 4}
+        ).candidates
+        == 8
+    )
+    assert Preset(name="f", program="direct").candidates == 1

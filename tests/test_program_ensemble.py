@@ -13,6 +13,7 @@ from sqlweave.programs.dubo import DuboV1, DuboV2
 from sqlweave.programs.ensemble import (
     EnsembleSQL,
     parse_names,
+    parse_samples,
     parse_temperatures,
     parse_weights,
 )
@@ -91,6 +92,26 @@ def test_temperature_is_one_number_or_one_per_generator() -> None:
     assert program.sample_dubo_v1.temperature == 0.7
     assert program.switches["temperature"] == "direct=1.0,dubo_v1=0.7"  # what artefacts keep
     assert EnsembleSQL(generators="direct,sea", temperature=0.3).sample_sea.temperature == 0.3
+
+
+def test_samples_is_one_count_or_one_per_generator(db) -> None:
+    """Rule 21: three prompts at the same budget draw 3 + 3 + 2."""
+    names = ("direct", "dubo_v1", "sea")
+    assert parse_samples(4, names) == dict.fromkeys(names, 4)
+    assert parse_samples("2", names) == dict.fromkeys(names, 2)
+    assert parse_samples("direct=3,dubo_v1=3,sea=2", names) == {"direct": 3, "dubo_v1": 3, "sea": 2}
+    assert parse_samples("sea=1", names) == {"direct": 4, "dubo_v1": 4, "sea": 1}
+    for bad in (0, "pet=2", "sea=0", "sea=1.5", "sea=two", True):
+        with pytest.raises(ValueError):
+            parse_samples(bad, names)
+    program = EnsembleSQL(
+        generators="direct,sea", samples="direct=1,sea=2", corrector="none", early_stop=False
+    )
+    assert program.switches["samples"] == "direct=1,sea=2"  # what artefacts keep
+    lm = DummyLM([{"sql": RIGHT}, {"sql": OTHER}, {"sql": RIGHT}])
+    with dspy.context(lm=lm):
+        pred = program(question=QUESTION, db=db)
+    assert pred.candidate_origins == ["direct:greedy", "sea:greedy", "sea:sampled"]
 
 
 def test_the_pool_records_every_candidate_with_its_origin_and_class(db) -> None:

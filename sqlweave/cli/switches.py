@@ -26,6 +26,9 @@ def parse_switches(items: list[str]) -> dict[str, Any]:
 _TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 #: The kind of a switch annotated ``float | str``: a number where the value reads as one.
 NUMBER_OR_TEXT: Any = float | str
+#: The kind of a switch annotated ``int | str``: an integer where the value reads as one
+#: (ensemble's ``samples``: 4 or ``"direct=3,sea=2"``).
+INTEGER_OR_TEXT: Any = int | str
 _SCALAR_TYPES = (bool, int, float, str)  # bool before int: True is an int too
 
 
@@ -37,6 +40,8 @@ def _scalar_of(hint: Any, default: Any) -> tuple[type | None, bool]:
     optional = default is None or type(None) in args or hint is type(None)
     if {a for a in args if a is not type(None)} == {float, str}:
         return NUMBER_OR_TEXT, optional  # e.g. ensemble's temperature: 0.7 or "direct=1.0"
+    if {a for a in args if a is not type(None)} == {int, str}:
+        return INTEGER_OR_TEXT, optional
     for kind in _SCALAR_TYPES:
         if default is not Parameter.empty and isinstance(default, kind):
             return kind, optional
@@ -73,9 +78,9 @@ def _convert_switch(name: str, kind: type, optional: bool, raw: str) -> Any:
         return None
     if kind is str:
         return value
-    if kind == NUMBER_OR_TEXT:
+    if kind == NUMBER_OR_TEXT or kind == INTEGER_OR_TEXT:
         try:
-            return float(value)
+            return float(value) if kind == NUMBER_OR_TEXT else int(value)
         except ValueError:
             return value
     if kind is bool:
