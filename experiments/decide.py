@@ -547,6 +547,53 @@ def cmd_mix(args: argparse.Namespace) -> None:
     _write_pool(args.name, rows, args.slice)
 
 
+def greedy_weighted(record: dict[str, Any], example: Any, greedy_weight: float) -> bool:
+    """Rule 22: whether rule 16's selection (repair ``fallback``, ``grounded``, ``rules_intersect``)
+    is right on ``record``'s pool when each prompt's greedy candidate weighs ``greedy_weight``
+    in the grounded vote (weight 1 reproduces the table's verdict)."""
+    judge = Judge(example)
+    try:
+        cands = scoped(record["candidates"], "fallback", judge)
+        if not cands:
+            return False
+        sqls = [c["sql"] for c in cands]
+        weights = [greedy_weight if ":greedy" in str(c.get("origin") or "") else 1.0 for c in cands]
+        chosen = GroundedSelector()(
+            candidates=sqls, db=judge.db, question=example.question, weights=weights
+        ).sql
+        fixed = corrected(judge, chosen, example.question, CORRECTORS["rules_intersect"])
+        return bool(judge.correct(fixed))
+    finally:
+        judge.db.close()
+
+
+def cmd_greedy(args: argparse.Namespace) -> None:
+    """Rule 22 on one slice: the replay checked against the table at weight 1, then weight
+    ``--weight`` against weight 1."""
+    examples = {str(ex.question_id): ex for ex in load_slice(args.slice)}
+    table = {r["question_id"]: r for r in read_records(args.table)}
+    records = [r for r in read_records(args.mix) if str(r["question_id"]) in table]
+    one: dict[str, bool] = {}
+    heavy: dict[str, bool] = {}
+    for record in tqdm(records, desc="greedy weight", unit="q"):
+        qid = str(record["question_id"])
+        one[qid] = greedy_weighted(record, examples[qid], 1.0)
+        heavy[qid] = greedy_weighted(record, examples[qid], args.weight)
+    recorded = design_verdicts(list(table.values()), "fallback|grounded|rules_intersect")
+    same = sum(one[q] == recorded[q] for q in one) / len(one)
+    print(f"weight 1 reproduces the table's verdicts on {100 * same:.1f}% of {len(one)}")
+    out = {
+        "slice": args.slice,
+        "mix": Path(args.mix).name,
+        "reproduced": round(100 * same, 1),
+        "weight": args.weight,
+        "against": _line(f"greedy weight {args.weight:g}", heavy, one, "greedy weight 1 (M)"),
+    }
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.out}")
+
+
 def design_verdicts(table: Sequence[dict[str, Any]], design: str) -> dict[str, bool]:
     """``"scope|selector|corrector"`` (e.g. ``"fallback|grounded|rules_intersect"``) replayed."""
     scope, selector, corrector = design.split("|")
@@ -621,6 +668,13 @@ def main() -> None:
     m.add_argument("--slice", required=True)
     m.add_argument("--name", required=True)
     m.set_defaults(func=cmd_mix)
+    g = sub.add_parser("greedy", help="rule 22: the greedy candidates weighted in the vote")
+    g.add_argument("mix")
+    g.add_argument("table")
+    g.add_argument("--slice", required=True)
+    g.add_argument("--weight", type=float, default=2.0)
+    g.add_argument("--out", default="")
+    g.set_defaults(func=cmd_greedy)
     d = sub.add_parser("read", help="one design's figures on a table, beside recorded runs")
     d.add_argument("table")
     d.add_argument("--design", required=True, help="scope|selector|corrector")
