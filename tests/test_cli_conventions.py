@@ -201,6 +201,8 @@ def test_switch_types_come_from_type_hints() -> None:
     assert typed_switches("ensemble", ["samples=3"]) == {"samples": 3}
     per = typed_switches("ensemble", ["samples=direct=3,sea=2"])
     assert per == {"samples": "direct=3,sea=2"}
+    with pytest.raises(typer.Exit):  # text that is no name=count list is a one-line error
+        typed_switches("ensemble", ["samples=many"])
 
 
 def Parameter_empty():  # noqa: N802 - names inspect.Parameter.empty

@@ -78,11 +78,18 @@ def _convert_switch(name: str, kind: type, optional: bool, raw: str) -> Any:
         return None
     if kind is str:
         return value
-    if kind == NUMBER_OR_TEXT or kind == INTEGER_OR_TEXT:
+    if kind == NUMBER_OR_TEXT:
         try:
-            return float(value) if kind == NUMBER_OR_TEXT else int(value)
+            return float(value)
         except ValueError:
             return value
+    if kind == INTEGER_OR_TEXT:
+        try:
+            return int(value)
+        except ValueError:
+            if "=" in value:  # one per generator: "direct=3,sea=2", checked by the program
+                return value
+        fail(f"switch {name} expects an integer or name=integer pairs, got {raw!r}")
     if kind is bool:
         if value.lower() in ("true", "1", "yes", "on"):
             return True
