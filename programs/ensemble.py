@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_GENERATORS = "dubo_v2,pet,sea"
 #: The sampling temperature of a generator the ``temperature`` switch does not name.
 DEFAULT_TEMPERATURE = 0.7
+#: Candidates of a generator the ``samples`` switch does not name (and of each, by default).
+DEFAULT_SAMPLES = 4
 
 
 def parse_names(value: str | Sequence[str]) -> tuple[str, ...]:
@@ -102,13 +104,13 @@ def parse_temperatures(
 
 def parse_samples(value: int | str | Mapping[str, int], names: Sequence[str]) -> dict[str, int]:
     """Candidates per generator: one number for all (``4``, ``"4"``), or ``"direct=3,sea=2"``
-    (or a dict), unnamed ones at 4; each an integer >= 1 (docs/decisions.md, rule 21: a third
+    (or a dict), unnamed ones at :data:`DEFAULT_SAMPLES`; each an integer >= 1 (docs/decisions.md, rule 21: a third
     prompt at the same budget draws fewer candidates from each)."""
     if isinstance(value, str) and "=" not in value:
         value = int(value) if value.strip().isdigit() else value
     if not isinstance(value, str | Mapping):
         return dict.fromkeys(names, stage_registry.check_samples(value))
-    counts = _per_generator(value, names, 4, "samples count")
+    counts = _per_generator(value, names, DEFAULT_SAMPLES, "samples count")
     out = {}
     for name, count in counts.items():
         if count != int(count):
@@ -188,7 +190,7 @@ class EnsembleSQL(SQLProgram):
     def __init__(
         self,
         generators: str = DEFAULT_GENERATORS,
-        samples: int | str = 4,
+        samples: int | str = DEFAULT_SAMPLES,
         temperature: float | str = DEFAULT_TEMPERATURE,
         weights: str = "",
         greedy_weight: float = 2.0,

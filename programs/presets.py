@@ -53,6 +53,7 @@ class Preset:
         if isinstance(samples, str) and "=" in samples:
             counts = dict(item.split("=") for item in samples.split(","))
             names = str(self.switches.get("generators", "")).split(",")
+            # unnamed: ensemble.DEFAULT_SAMPLES (a literal: this module imports no program)
             return sum(int(counts.get(name, 4)) for name in names)
         return int(samples) * self.prompts
 
