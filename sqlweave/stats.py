@@ -87,6 +87,10 @@ def cluster_bootstrap(
 
     if len(values) != len(clusters):
         raise ValueError("values and clusters differ in length")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), not {level!r}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be positive, not {resamples!r}")
     if not values:
         return 0.0, 0.0, 0.0
     by: dict[Hashable, list[float]] = {}

@@ -88,6 +88,10 @@ def test_cluster_bootstrap_is_wider_than_its_clusters_are_alike() -> None:
     assert mean == low == high == 0.5
     with pytest.raises(ValueError, match="length"):
         cluster_bootstrap([1.0], [])
+    with pytest.raises(ValueError, match="level"):
+        cluster_bootstrap([1.0], ["a"], level=1.0)
+    with pytest.raises(ValueError, match="resamples"):
+        cluster_bootstrap([1.0], ["a"], resamples=0)
 
 
 def test_an_answer_outside_the_pool_agrees_with_nobody(db: Database) -> None:
