@@ -104,8 +104,8 @@ def parse_temperatures(
 
 def parse_samples(value: int | str | Mapping[str, int], names: Sequence[str]) -> dict[str, int]:
     """Candidates per generator: one number for all (``4``, ``"4"``), or ``"direct=3,sea=2"``
-    (or a dict), unnamed ones at :data:`DEFAULT_SAMPLES`; each an integer >= 1 (docs/decisions.md, rule 21: a third
-    prompt at the same budget draws fewer candidates from each)."""
+    (or a dict), unnamed ones at :data:`DEFAULT_SAMPLES`; each an integer >= 1
+    (docs/decisions.md, rule 21: a third prompt at the same budget draws fewer from each)."""
     if isinstance(value, str) and "=" not in value:
         value = int(value) if value.strip().isdigit() else value
     if not isinstance(value, str | Mapping):

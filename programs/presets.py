@@ -51,10 +51,11 @@ class Preset:
         sum of a per-generator ``samples`` (``"direct=3,sea=2"``; unnamed generators draw 4)."""
         samples = self.switches.get("samples", 1)
         if isinstance(samples, str) and "=" in samples:
-            counts = dict(item.split("=") for item in samples.split(","))
+            # imported here: presets are read before any program is needed
+            from sqlweave.programs.ensemble import parse_samples
+
             names = str(self.switches.get("generators", "")).split(",")
-            # unnamed: ensemble.DEFAULT_SAMPLES (a literal: this module imports no program)
-            return sum(int(counts.get(name, 4)) for name in names)
+            return sum(parse_samples(samples, names).values())
         return int(samples) * self.prompts
 
     def describe(self) -> str:

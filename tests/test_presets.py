@@ -126,10 +126,6 @@ def test_a_preset_counts_per_generator_samples() -> None:
         switches={"generators": "direct,dubo_v1,sea", "samples": "direct=3,dubo_v1=3,sea=2"},
     )
     assert three.candidates == 8
-    assert (
-        Preset(
-            name="m", program="ensemble", switches={"generators": "a,b", "samples": 4}
-        ).candidates
-        == 8
-    )
+    two = Preset(name="m", program="ensemble", switches={"generators": "a,b", "samples": 4})
+    assert two.candidates == 8
     assert Preset(name="f", program="direct").candidates == 1
