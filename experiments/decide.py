@@ -547,22 +547,31 @@ def cmd_mix(args: argparse.Namespace) -> None:
     _write_pool(args.name, rows, args.slice)
 
 
-def greedy_weighted(record: dict[str, Any], example: Any, greedy_weight: float) -> bool:
-    """Rule 22: whether rule 16's selection (repair ``fallback``, ``grounded``, ``rules_intersect``)
-    is right on ``record``'s pool when each prompt's greedy candidate weighs ``greedy_weight``
-    in the grounded vote (weight 1 reproduces the table's verdict)."""
+def greedy_weighted(
+    record: dict[str, Any], example: Any, greedy_weights: Sequence[float]
+) -> list[bool]:
+    """Rule 22: for each of ``greedy_weights``, whether rule 16's selection (repair
+    ``fallback``, ``grounded``, ``rules_intersect``) is right on ``record``'s pool when each
+    prompt's greedy candidate weighs that much in the grounded vote (1 reproduces the table's
+    verdict). The database is opened and the pool scoped once for all weights."""
     judge = Judge(example)
     try:
         cands = scoped(record["candidates"], "fallback", judge)
         if not cands:
-            return False
+            return [False] * len(greedy_weights)
         sqls = [c["sql"] for c in cands]
-        weights = [greedy_weight if ":greedy" in str(c.get("origin") or "") else 1.0 for c in cands]
-        chosen = GroundedSelector()(
-            candidates=sqls, db=judge.db, question=example.question, weights=weights
-        ).sql
-        fixed = corrected(judge, chosen, example.question, CORRECTORS["rules_intersect"])
-        return bool(judge.correct(fixed))
+        greedy = [":greedy" in str(c.get("origin") or "") for c in cands]
+        out = []
+        for weight in greedy_weights:
+            chosen = GroundedSelector()(
+                candidates=sqls,
+                db=judge.db,
+                question=example.question,
+                weights=[weight if g else 1.0 for g in greedy],
+            ).sql
+            fixed = corrected(judge, chosen, example.question, CORRECTORS["rules_intersect"])
+            out.append(bool(judge.correct(fixed)))
+        return out
     finally:
         judge.db.close()
 
@@ -577,8 +586,7 @@ def cmd_greedy(args: argparse.Namespace) -> None:
     heavy: dict[str, bool] = {}
     for record in tqdm(records, desc="greedy weight", unit="q"):
         qid = str(record["question_id"])
-        one[qid] = greedy_weighted(record, examples[qid], 1.0)
-        heavy[qid] = greedy_weighted(record, examples[qid], args.weight)
+        one[qid], heavy[qid] = greedy_weighted(record, examples[qid], (1.0, args.weight))
     recorded = design_verdicts(list(table.values()), "fallback|grounded|rules_intersect")
     same = sum(one[q] == recorded[q] for q in one) / len(one)
     print(f"weight 1 reproduces the table's verdicts on {100 * same:.1f}% of {len(one)}")
