@@ -176,7 +176,8 @@ def cmd_table(args: argparse.Namespace) -> None:
         order = [str(ex.question_id) for ex in load_slice(args.slice)][: args.limit]
         wanted = set(order)
         records = [r for r in records if str(r["question_id"]) in wanted]
-    out = RESULTS / run.name.replace(".jsonl", ".table.jsonl")
+    # a gzipped run (what is committed) names the same table as the plain one
+    out = RESULTS / run.name.removesuffix(".gz").replace(".jsonl", ".table.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
     packed = out.with_name(out.name + ".gz")
     if packed.exists() and not out.exists():  # a finished table: resume from its rows
