@@ -168,6 +168,12 @@ def compress(path: Path) -> Path:
     return packed
 
 
+def table_path(run: Path) -> Path:
+    """Where ``table`` writes ``run``'s table: ``RESULTS/<run>.table.jsonl``, the same for a
+    gzipped run (what is committed) as for the plain one it was packed from."""
+    return RESULTS / run.name.removesuffix(".gz").replace(".jsonl", ".table.jsonl")
+
+
 def cmd_table(args: argparse.Namespace) -> None:
     run = Path(args.run)
     examples = {str(ex.question_id): ex for ex in load_slice(args.slice)}
@@ -176,8 +182,7 @@ def cmd_table(args: argparse.Namespace) -> None:
         order = [str(ex.question_id) for ex in load_slice(args.slice)][: args.limit]
         wanted = set(order)
         records = [r for r in records if str(r["question_id"]) in wanted]
-    # a gzipped run (what is committed) names the same table as the plain one
-    out = RESULTS / run.name.removesuffix(".gz").replace(".jsonl", ".table.jsonl")
+    out = table_path(run)
     out.parent.mkdir(parents=True, exist_ok=True)
     packed = out.with_name(out.name + ".gz")
     if packed.exists() and not out.exists():  # a finished table: resume from its rows

@@ -36,3 +36,12 @@ def test_mix_defaults_are_the_union_and_skip_a_question_one_run_lacks() -> None:
     (row,) = decide.mix_records(A, B + [record("2", ["sea:greedy"])])
     assert len(row["candidates"]) == 8
     assert decide.mix_records(A, [record("2", ["sea:greedy"])]) == []
+
+
+def test_a_gzipped_run_is_tabled_under_the_plain_runs_name() -> None:
+    """Rule 24 tabled the committed ``.jsonl.gz``; its table was first written as
+    ``….table.jsonl.gz.gz``, a name no ``read`` command of docs/decisions.md would find."""
+    plain = decide.table_path(Path("runs/x__spider-train-select__1.5b.jsonl"))
+    packed = decide.table_path(Path("protocol/x__spider-train-select__1.5b.jsonl.gz"))
+    assert packed == plain
+    assert plain.name == "x__spider-train-select__1.5b.table.jsonl"
