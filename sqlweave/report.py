@@ -310,16 +310,25 @@ def _confidence_section(runs: Sequence[Run]) -> list[str]:
         "<h2>Confidence</h2>",
         '<p class="note">Each answer\'s calibrated confidence (sqlweave.confidence) against '
         "whether it was right: AUROC (how well it ranks right above wrong), calibration error "
-        "(10 bins), accuracy of the most confident 50 / 70 / 90 %, and the answers at or above "
-        "the shipped threshold.</p>",
+        "(10 bins; beside it, the median error a perfectly calibrated model with the same "
+        "confidences shows on as many answers, and the share of such draws at least as far "
+        "off: a small share means miscalibrated beyond chance), accuracy of the most confident "
+        "50 / 70 / 90 %, and the answers at or above the shipped threshold.</p>",
         _table(
-            ["run", "n", "AUROC", "calibration error", "right at 50/70/90 %", "kept, right"],
+            [
+                "run",
+                "n",
+                "AUROC",
+                "calibration error (if calibrated, p)",
+                "right at 50/70/90 %",
+                "kept, right",
+            ],
             [
                 [
                     run.name,
                     f["n"],
                     "–" if f["auroc"] is None else f"{f['auroc']:.3f}",
-                    f"{f['ece']:.3f}",
+                    f"{f['ece']:.3f} ({f['ece_if_calibrated']:.3f}, {f['ece_p']:.2f})",
                     f"{f['acc_at_50']:.1f} / {f['acc_at_70']:.1f} / {f['acc_at_90']:.1f}",
                     f"{f['coverage_above']:.1f} %, "
                     + ("–" if f["precision_above"] is None else f"{f['precision_above']:.1f} %"),

@@ -14,6 +14,7 @@ from sqlweave.confidence import (
     POOL_FEATURES,
     WEIGHTS_FILE,
     Calibrator,
+    calibration_consistency,
     fit_calibrator,
     packaged_calibrators,
     packaged_threshold,
@@ -77,6 +78,30 @@ def test_threshold_for_all_holds_on_every_set() -> None:
     assert threshold_for_all([first], 0.9) == 0.6
     assert threshold_for_all([first, second], 0.9) == 0.9
     assert threshold_for_all([([0.5], [False])], 0.9) == 1.0
+
+
+def test_consistency_tells_a_calibrated_model_from_an_overconfident_one() -> None:
+    """On 200 answers a model exactly right about its probabilities still shows a calibration
+    error near 0.06 (the floor issue 62's 0.05 is read against), and its p-values are not
+    small; the same confidences 0.15 too high are told apart (p near 0)."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    scores = rng.uniform(0.3, 1.0, 200)
+    ps = []
+    for i in range(20):
+        labels = np.random.default_rng(i).random(200) < scores
+        out = calibration_consistency(scores, labels, threshold=0.73, resamples=500)
+        ps.append(out["ece_p"])
+        assert 0.03 < out["ece_if_calibrated"] < 0.09
+        assert out["precision_if_calibrated"] == round(100 * scores[scores >= 0.73].mean(), 1)
+    assert np.median(ps) > 0.2  # p-values of a calibrated model spread over [0, 1]
+    labels = rng.random(200) < scores - 0.15
+    over = calibration_consistency(scores, labels, threshold=0.73, resamples=500)
+    assert over["ece_p"] < 0.01
+    assert over["precision_p"] < 0.01
+    assert calibration_consistency([], [], threshold=0.5) == {}
+    assert calibration_consistency([0.2, 0.4], [True, False], threshold=0.9)["precision_p"] is None
 
 
 def test_cluster_bootstrap_is_wider_than_its_clusters_are_alike() -> None:

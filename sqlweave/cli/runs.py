@@ -114,7 +114,13 @@ def print_summary(summary: dict[str, Any]) -> None:
     if conf and conf.get("n"):
         auroc = "n/a" if conf.get("auroc") is None else f"{conf['auroc']:.2f}"
         typer.echo(
-            f"confidence: AUROC {auroc}, calibration error {conf['ece']:.3f}; right at 50/70/90 "
+            f"confidence: AUROC {auroc}, calibration error {conf['ece']:.3f}"
+            + (
+                f" (a calibrated model on as many answers: {conf['ece_if_calibrated']:.3f})"
+                if conf.get("ece_if_calibrated") is not None
+                else ""
+            )
+            + "; right at 50/70/90 "
             f"% coverage {conf['acc_at_50']:.0f}/{conf['acc_at_70']:.0f}/{conf['acc_at_90']:.0f}"
             f"%; {conf['coverage_above']:.0f}% at or above {conf['threshold']:g}"
             + (f", {conf['precision_above']:.0f}% of them right" if conf["precision_above"] else "")
