@@ -148,15 +148,28 @@ def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
     return float((ranks[y].sum() - pos * (pos + 1) / 2) / (pos * neg))
 
 
+def _bin_masks(s: Any, bins: int) -> Any:
+    """``bins x answers``: which of ``bins`` equal-width bins of [0, 1] each confidence falls in
+    (``[lo, hi)``, the last ``[lo, 1]``; one outside [0, 1] in none). Shared by
+    :func:`calibration_error` and :func:`calibration_consistency`, so both bin alike."""
+    import numpy as np
+
+    edges = np.linspace(0, 1, bins + 1)
+    return np.array(
+        [
+            (s >= lo) & ((s < hi) if hi < 1 else (s <= hi))
+            for lo, hi in zip(edges[:-1], edges[1:], strict=True)
+        ]
+    ).reshape(bins, len(s))
+
+
 def calibration_error(scores: Sequence[float], labels: Sequence[bool], bins: int = 10) -> float:
     """Expected calibration error over ``bins`` equal-width bins of the confidence."""
     import numpy as np
 
     s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=float)
-    edges = np.linspace(0, 1, bins + 1)
     total = 0.0
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-        inside = (s >= lo) & ((s < hi) if hi < 1 else (s <= hi))
+    for inside in _bin_masks(s, bins):
         if inside.any():
             total += inside.sum() / len(s) * abs(s[inside].mean() - y[inside].mean())
     return float(total)
@@ -187,8 +200,7 @@ def calibration_consistency(
     if not len(s):
         return {}
     rng = np.random.default_rng(seed)
-    which = np.minimum((s * bins).astype(int), bins - 1)  # calibration_error's bins
-    onehot = np.eye(bins)[which]  # answers x bins
+    onehot = _bin_masks(s, bins).T.astype(float)  # answers x bins, calibration_error's bins
     counts = onehot.sum(axis=0)
     conf_mean = np.divide(s @ onehot, counts, out=np.zeros(bins), where=counts > 0)
     above = s >= threshold
