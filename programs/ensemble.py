@@ -154,7 +154,9 @@ class EnsembleSQL(SQLProgram):
       candidate failed, whose answer could not have been right, so it cannot cost a point;
     * ``early_stop`` (True): stop drawing once the plain vote is settled (below). Off, every
       generator is asked whatever the vote says, so a run records each one's candidates (the
-      per-generator table); the answer is the same either way.
+      per-generator table); the answer is the same either way;
+    * ``sample_rows`` (5): rows per table shown by the generators that show rows (``dubo_v1``;
+      passed to those declaring it, :func:`~sqlweave.programs.stages.generators.build_shared`).
 
     **Early stop.** With the plain vote and equal weights the pool stops drawing once the vote is
     settled: before each generator, if the candidates so far decide the vote whatever the
@@ -202,11 +204,14 @@ class EnsembleSQL(SQLProgram):
         repair: str | dspy.Module = "joins",
         repair_scope: str = "fallback",
         repair_max: int | None = None,
+        sample_rows: int = 5,
     ) -> None:
         names = parse_names(generators)
         counts = parse_samples(samples, names)
         if greedy_weight < 0:
             raise ValueError(f"greedy_weight must be >= 0, got {greedy_weight!r}")
+        if sample_rows < 0:
+            raise ValueError(f"sample_rows must be >= 0, got {sample_rows!r}")
         super().__init__()
         self.names = names
         self.switches["generators"] = ",".join(names)
@@ -223,7 +228,7 @@ class EnsembleSQL(SQLProgram):
         self.rules = stage_registry.build("corrector", "rules") if candidate_rules else None
         self.repair = PoolRepair(repair, repair_scope, repair_max)
         for name in names:
-            generator = generator_registry.build(name)
+            generator = generator_registry.build_shared(name, {"sample_rows": int(sample_rows)})
             setattr(self, f"gen_{name}", generator)
             setattr(
                 self,

@@ -114,6 +114,20 @@ def test_samples_is_one_count_or_one_per_generator(db) -> None:
     assert pred.candidate_origins == ["direct:greedy", "sea:greedy", "sea:sampled"]
 
 
+def test_sample_rows_reaches_only_the_generators_that_show_rows(db) -> None:
+    """Pilot A: ``dubo_v1`` with 10 sample rows; the pool passes the switch to it alone."""
+    program = EnsembleSQL(generators="direct,dubo_v1", sample_rows=10, corrector="none")
+    assert program.generator("dubo_v1").sample_rows == 10
+    assert program.switches["sample_rows"] == 10  # what artefacts keep
+    assert program.generator("direct").schema_text(QUESTION, db) == prompt_schema(db, "native")
+    ten = program.generator("dubo_v1").schema_text(QUESTION, db)
+    five = EnsembleSQL(generators="dubo_v1").generator("dubo_v1").schema_text(QUESTION, db)
+    assert five == DuboV1().schema_text(db)[0]  # the default prompt is unchanged
+    assert ten == DuboV1(sample_rows=10).schema_text(db)[0] and len(ten) > len(five)
+    with pytest.raises(ValueError, match="sample_rows"):
+        EnsembleSQL(generators="dubo_v1", sample_rows=-1)
+
+
 def test_the_pool_records_every_candidate_with_its_origin_and_class(db) -> None:
     # Weights turn the early stop off: every generator is asked for both of its candidates.
     program = EnsembleSQL(

@@ -81,6 +81,10 @@ class PromptGenerator(dspy.Module):
 
     #: The registry name (:data:`GENERATORS`); a user's subclass may set its own.
     name: ClassVar[str] = "generator"
+    #: Constructor settings a pool of generators may pass on to this one (a program's switch
+    #: such as ``ensemble``'s ``sample_rows`` reaches the generators that declare it here, and no
+    #: other: a generator that shows no rows is built as before).
+    options: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, layout: str | None = None, prefill: bool | None = None) -> None:
         super().__init__()
@@ -141,6 +145,7 @@ class DuboV1Generator(PromptGenerator):
     block would pass ``max_schema_tokens`` (:func:`sqlweave.programs.dubo.v1_schema_text`)."""
 
     name = "dubo_v1"
+    options = frozenset({"sample_rows"})
 
     def __init__(
         self, sample_rows: int = 5, max_schema_tokens: int = 3000, descriptions: bool = False
@@ -270,6 +275,13 @@ def build(name: str, **options: Any) -> PromptGenerator:
     return GENERATORS.load(name)(**options)
 
 
+def build_shared(name: str, shared: dict[str, Any]) -> PromptGenerator:
+    """The generator registered as ``name``, given those of a pool's ``shared`` settings it
+    declares in :attr:`PromptGenerator.options` (the others are not its concern)."""
+    cls = GENERATORS.load(name)
+    return cls(**{key: value for key, value in shared.items() if key in cls.options})
+
+
 __all__ = [
     "GENERATORS",
     "DirectGenerator",
@@ -281,5 +293,6 @@ __all__ = [
     "SeaGenerator",
     "available",
     "build",
+    "build_shared",
     "register",
 ]
