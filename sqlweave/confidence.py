@@ -160,7 +160,7 @@ def _bin_masks(s: Any, bins: int) -> Any:
             (s >= lo) & ((s < hi) if hi < 1 else (s <= hi))
             for lo, hi in zip(edges[:-1], edges[1:], strict=True)
         ]
-    ).reshape(bins, len(s))
+    )
 
 
 def calibration_error(scores: Sequence[float], labels: Sequence[bool], bins: int = 10) -> float:
