@@ -20,9 +20,11 @@ from typing import Any, ClassVar
 import dspy
 
 from sqlweave.db import Database
+from sqlweave.lm import kept_prompts
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import SQLProgram
 from sqlweave.programs.stages import generators as generator_registry
+from sqlweave.programs.stages.cascade import greedy_agree
 from sqlweave.programs.stages.voting import (
     Candidates,
     PoolRepair,
@@ -156,7 +158,12 @@ class EnsembleSQL(SQLProgram):
       generator is asked whatever the vote says, so a run records each one's candidates (the
       per-generator table); the answer is the same either way;
     * ``sample_rows`` (5): rows per table shown by the generators that show rows (``dubo_v1``;
-      passed to those declaring it, :func:`~sqlweave.programs.stages.generators.build_shared`).
+      passed to those declaring it, :func:`~sqlweave.programs.stages.generators.build_shared`);
+    * ``cascade`` (False): ask every generator for its greedy candidate first and stop there
+      when they agree (:func:`~sqlweave.programs.stages.cascade.greedy_agree`: all ran, a
+      non-empty result, one execution class); otherwise draw the rest and select over the
+      whole pool, in the same order as without it. Rule 27 of ``docs/decisions.md`` decided
+      it on recorded pools; it replaces the early stop below.
 
     **Early stop.** With the plain vote and equal weights the pool stops drawing once the vote is
     settled: before each generator, if the candidates so far decide the vote whatever the
@@ -205,6 +212,7 @@ class EnsembleSQL(SQLProgram):
         repair_scope: str = "fallback",
         repair_max: int | None = None,
         sample_rows: int = 5,
+        cascade: bool = False,
     ) -> None:
         names = parse_names(generators)
         counts = parse_samples(samples, names)
@@ -227,6 +235,7 @@ class EnsembleSQL(SQLProgram):
         )
         self.rules = stage_registry.build("corrector", "rules") if candidate_rules else None
         self.repair = PoolRepair(repair, repair_scope, repair_max)
+        self.cascade = bool(cascade)
         for name in names:
             generator = generator_registry.build_shared(name, {"sample_rows": int(sample_rows)})
             setattr(self, f"gen_{name}", generator)
@@ -248,6 +257,70 @@ class EnsembleSQL(SQLProgram):
         uniform = len(set(self.weight_of.values())) == 1 and self.greedy_weight == 1.0
         return bool(settle_for(self.selector, needs_all=not uniform or self.repair.revives))
 
+    def _prompt(self, name: str, ran: stage_registry.Ran, ask: dict[str, Any], db: Database) -> Any:
+        """``name``'s prompt for this question, its use recorded."""
+        prompt = self.generator(name).prompt(db=db, **ask)
+        if prompt.demos:
+            ran.record("demos")
+        ran.record("generator")
+        return prompt
+
+    def _ruled(
+        self, sqls: Sequence[str], ran: stage_registry.Ran, question: str, db: Database
+    ) -> list[str]:
+        """``sqls`` after MageSQL's rules when ``candidate_rules`` is on, else as drawn."""
+        if self.rules is None:
+            return list(sqls)
+        ran.record("corrector", self.rules)
+        return [self.rules(sql=c, db=db, question=question).sql for c in sqls]
+
+    def _draw(
+        self, ran: stage_registry.Ran, tally: VoteTally, ask: dict[str, Any], db: Database
+    ) -> tuple[dict[str, list[str]], str]:
+        """Each generator's candidates in turn, until the plain vote is settled (early stop),
+        and the first generator's schema text."""
+        pools: dict[str, list[str]] = {}
+        schema_text = ""
+        for position, name in enumerate(self.names):
+            sqls = [sql for pool in pools.values() for sql in pool]
+            remaining = sum(getattr(self, f"sample_{n}").n for n in self.names[position:])
+            if self.early_stop and self._plain_vote and sqls and tally.settled(sqls, remaining):
+                logger.debug("ensemble: the vote is settled before %s", name)
+                break
+            prompt = self._prompt(name, ran, ask, db)
+            schema_text = schema_text or prompt.schema
+            sampler = getattr(self, f"sample_{name}")
+            drawn = list(sampler(db=db, **prompt.inputs))
+            pools[name] = self._ruled(drawn, ran, ask["question"], db)
+        return pools, schema_text
+
+    def _draw_cascade(
+        self, ran: stage_registry.Ran, tally: VoteTally, ask: dict[str, Any], db: Database
+    ) -> tuple[dict[str, list[str]], str]:
+        """Every generator's greedy candidate; the rest only when those disagree (``cascade``).
+
+        The rest are drawn last generator first: its prompt is still in the model's KV cache,
+        and the others' were kept (:func:`~sqlweave.lm.kept_prompts`), so no prompt is
+        evaluated twice. The pools keep the generators' order either way."""
+        prompts: dict[str, Any] = {}
+        pools: dict[str, list[str]] = {}
+        with kept_prompts():
+            for name in self.names:
+                prompts[name] = self._prompt(name, ran, ask, db)
+                sampler = getattr(self, f"sample_{name}")
+                greedy = sampler.first(db, **prompts[name].inputs)
+                pools[name] = self._ruled(greedy, ran, ask["question"], db)
+        schema_text = prompts[self.names[0]].schema
+        firsts = [pool[0] for pool in pools.values()]
+        if greedy_agree(firsts, [tally.outcome(sql) for sql in firsts], db.dialect):
+            logger.debug("ensemble: the greedy candidates agree; no samples drawn")
+            return pools, schema_text
+        for name in reversed(self.names):
+            sampler = getattr(self, f"sample_{name}")
+            rest = sampler.rest(db, **prompts[name].inputs)
+            pools[name] += self._ruled(rest, ran, ask["question"], db)
+        return pools, schema_text
+
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         """Besides the output contract (:mod:`sqlweave.programs.stages`): ``candidate_origins``
         (``"<generator>:greedy|sampled"``), ``candidate_groups`` (each candidate's class of
@@ -256,33 +329,19 @@ class EnsembleSQL(SQLProgram):
         ran = stage_registry.Ran()
         ask = {"question": question, "evidence": evidence}
         tally = VoteTally(db)
+        draw = self._draw_cascade if self.cascade else self._draw
+        pools, schema_text = draw(ran, tally, ask, db)
         sqls: list[str] = []
         origins: list[str] = []
         weights: list[float] = []
-        drawn: list[str] = []
-        schema_text = ""
-        for position, name in enumerate(self.names):
-            sampler = getattr(self, f"sample_{name}")
-            remaining = sum(getattr(self, f"sample_{n}").n for n in self.names[position:])
-            if self.early_stop and self._plain_vote and sqls and tally.settled(sqls, remaining):
-                logger.debug("ensemble: the vote is settled before %s", name)
-                break
-            prompt = self.generator(name).prompt(question=question, db=db, evidence=evidence)
-            schema_text = schema_text or prompt.schema
-            drawn_now = list(sampler(db=db, **prompt.inputs))
-            if self.rules is not None:
-                drawn_now = [self.rules(sql=c, db=db, question=question).sql for c in drawn_now]
-                ran.record("corrector", self.rules)
-            if prompt.demos:
-                ran.record("demos")
-            ran.record("generator")
-            drawn.append(name)
+        for name, drawn_now in pools.items():
             sqls += drawn_now
             origins += sampled_origins(name, len(drawn_now))
             weights += [
                 self.weight_of[name] * (self.greedy_weight if i == 0 else 1.0)
                 for i in range(len(drawn_now))
             ]
+        drawn = list(pools)
         if len(sqls) > len(drawn):
             ran.record("sampler")
         self.repair(sqls, origins, tally.outcome, {**ask, "db": db, "db_schema": schema_text}, ran)

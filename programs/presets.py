@@ -47,7 +47,8 @@ class Preset:
 
     @property
     def candidates(self) -> int:
-        """Candidates a question draws (before any repair): ``samples`` for each prompt, or the
+        """Candidates a question draws at most (before any repair; a ``cascade`` stops at one per
+        prompt where those agree): ``samples`` for each prompt, or the
         sum of a per-generator ``samples`` (``"direct=3,sea=2"``; unnamed generators draw 4)."""
         samples = self.switches.get("samples", 1)
         if isinstance(samples, str) and "=" in samples:
@@ -85,15 +86,17 @@ PRESETS: dict[str, Preset] = {
             "repair_scope": "fallback",
             "selector": "grounded",
             "corrector": "rules_intersect",
+            "cascade": True,
         },
-        summary="8 candidates from two prompts reading different evidence: direct's schema "
-        "(the greedy query and 3 samples at 1.0) and Dubo-SQL's DDL with sample rows (the "
-        "greedy query and 3 samples at 0.7); the joins a query forgot added where no "
-        "candidate runs, a vote (one each) among the candidates whose values the database "
-        "stores, then the rules and the 'both' rewrite; each part kept by rules 16 and 19",
-        measured="spider-dev-200 70.5, bird-52 75.0 (read once each), 9.5 s/question cold; "
-        "decision set (1,000 Spider train questions on 128 databases) 79.6 (docs/decisions.md, "
-        "rule 19)",
+        summary="two prompts reading different evidence, direct's schema and Dubo-SQL's DDL "
+        "with sample rows, each asked for its greedy query; where the two agree (both run, "
+        "non-empty, one answer) that is the answer; otherwise each draws 3 more (at 1.0 and "
+        "0.7), the joins a query forgot are added where no candidate runs, a vote (one each) "
+        "among the candidates whose values the database stores, then the rules and the 'both' "
+        "rewrite; each part kept by rules 16, 19 and 27",
+        measured="decision set (1,000 Spider train questions on 128 databases) 79.5 with 4.2 "
+        "LM calls a question (docs/decisions.md, rule 27; rule 19's 8-call pool: 79.6, "
+        "spider-dev-200 70.5, bird-52 75.0, 9.5 s/question cold)",
         # the join repair's worth depends on the database (issue 59: +25 on bird-52's one
         # database, a lookup join no question asked for on others)
         space={"repair": ("joins", "none"), "repair_scope": ("fallback", "all")},

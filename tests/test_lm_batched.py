@@ -541,6 +541,18 @@ def test_a_greedy_block_decodes_the_samples_beside_its_greedy_call(fake) -> None
     assert llama.kept == [True, False, True, True, True]
 
 
+def test_a_kept_prompts_block_keeps_the_prompt_of_a_lone_greedy_call(fake) -> None:
+    """Rule 27's cascade asks each prompt greedily, then the samples of the first prompt after
+    the second's: inside ``kept_prompts`` a greedy call keeps its prompt for them."""
+    spec, llama = fake
+    engine = LlamaCppEngine(spec)
+    engine.complete(_request(spec, temperature=0.0))
+    with sqlweave_lm.kept_prompts():
+        engine.complete(_request(spec, temperature=0.0))
+    engine.complete(_request(spec, temperature=0.0))
+    assert llama.kept == [False, True, False]
+
+
 def test_a_greedy_block_whose_greedy_call_never_comes_batches_its_first_sample(fake) -> None:
     spec, llama = fake
     engine = LlamaCppEngine(spec)

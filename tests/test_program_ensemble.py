@@ -128,6 +128,54 @@ def test_sample_rows_reaches_only_the_generators_that_show_rows(db) -> None:
         EnsembleSQL(generators="dubo_v1", sample_rows=-1)
 
 
+EMPTY = "SELECT name FROM singer WHERE country = 'Atlantis'"
+
+
+def test_greedy_agree_needs_every_greedy_candidate_run_non_empty_and_one_class(db) -> None:
+    """Rule 27's test, the same in the replay and in the program."""
+    from sqlweave.programs.stages.cascade import greedy_agree
+
+    def agree(*sqls: str) -> bool:
+        return greedy_agree(sqls, [db.try_execute(s) for s in sqls], db.dialect)
+
+    same = 'SELECT count(*) FROM singer WHERE country = "France"'
+    assert agree(RIGHT, same)  # different text, one execution class
+    assert not agree(RIGHT, OTHER)  # two classes
+    assert not agree(RIGHT, BROKEN) and not agree(BROKEN, BROKEN)  # one did not run
+    assert not agree(EMPTY, EMPTY)  # agreeing on nothing is not agreement
+    assert not agree(RIGHT)  # one prompt has nothing to agree with
+
+
+def test_the_cascade_stops_at_the_greedy_candidates_when_they_agree(db) -> None:
+    program = EnsembleSQL(generators="direct,sea", samples=3, cascade=True, corrector="none")
+    lm = DummyLM([{"sql": RIGHT}, {"sql": RIGHT}])
+    with dspy.context(lm=lm):
+        pred = program(question=QUESTION, db=db)
+    assert pred.candidates == [RIGHT, RIGHT]  # two calls: no sample was drawn
+    assert pred.candidate_origins == ["direct:greedy", "sea:greedy"]
+    assert pred.drawn == ["direct", "sea"] and pred.sql == RIGHT
+    assert program.switches["cascade"] is True  # what artefacts keep
+
+
+@pytest.mark.parametrize("greedy", [(RIGHT, OTHER), (EMPTY, EMPTY), (BROKEN, RIGHT)])
+def test_the_cascade_draws_the_rest_in_pool_order_unless_the_greedy_agree(db, greedy) -> None:
+    """The samples come last generator first (its prompt is the model's live one), and the
+    pool keeps each generator's candidates together, greedy first, as without the cascade."""
+    sea = [f"SELECT count(*) FROM singer WHERE age > {i}" for i in (1, 2)]
+    direct = [f"SELECT count(*) FROM singer WHERE age < {i}" for i in (1, 2)]
+    answers = [*greedy, *sea, *direct]
+    program = EnsembleSQL(generators="direct,sea", samples=3, cascade=True, corrector="none")
+    lm = DummyLM([{"sql": sql} for sql in answers])
+    with dspy.context(lm=lm):
+        pred = program(question=QUESTION, db=db)
+    assert list(pred.candidates)[:3] == [greedy[0], *direct]
+    assert list(pred.candidates)[3:] == [greedy[1], *sea]
+    assert (
+        pred.candidate_origins
+        == ["direct:greedy"] + ["direct:sampled"] * 2 + ["sea:greedy"] + ["sea:sampled"] * 2
+    )
+
+
 def test_the_pool_records_every_candidate_with_its_origin_and_class(db) -> None:
     # Weights turn the early stop off: every generator is asked for both of its candidates.
     program = EnsembleSQL(

@@ -380,6 +380,31 @@ class Sampler(dspy.Module):
             greedy=bool(first) and self.temperature > 0,
         )
 
+    def first(self, db: Database | str | Path, **inputs: Any) -> Candidates:
+        """Rollout 0 alone (the greedy candidate with ``greedy_first``): what a cascade asks
+        of every prompt before it decides whether to draw the rest (:meth:`rest`)."""
+        return self.draw(
+            resolve_database(db),
+            inputs,
+            lambda i: sample_lm(i, self.temperature, greedy_first=self.greedy_first),
+            n=1,
+            samples=0 if self.greedy_first else 1,
+            greedy=False,
+        )
+
+    def rest(self, db: Database | str | Path, **inputs: Any) -> Candidates:
+        """Rollouts 1 to ``n - 1``, sampled together: :meth:`forward`'s candidates after
+        :meth:`first`'s (the same rollout ids, so the same seeds)."""
+        return self.draw(
+            resolve_database(db),
+            inputs,
+            lambda i: sample_lm(i, self.temperature, greedy_first=self.greedy_first),
+            n=self.n - 1,
+            samples=self.n - 1,
+            greedy=False,
+            start=1,
+        )
+
     def draw(
         self,
         db: Database,
@@ -389,8 +414,10 @@ class Sampler(dspy.Module):
         n: int,
         samples: int,
         greedy: bool,
+        start: int = 0,
     ) -> Candidates:
-        """``n`` candidates, rollout ``i`` made on ``lm_of(i)`` (None: the current LM), in order.
+        """``n`` candidates, rollout ``i`` made on ``lm_of(i)`` (None: the current LM), in order,
+        ``i`` counted from ``start`` (:meth:`rest` draws rollouts 1 on).
 
         The rollouts share one prompt, so they run inside one
         :func:`~sqlweave.lm.batched_samples` block for the ``samples`` of them sampled at
@@ -404,9 +431,9 @@ class Sampler(dspy.Module):
         with batched_samples(
             samples, temperature=self.temperature, greedy=greedy, early_stop=early_stop
         ) as block:
-            for i in range(n):
-                if tally is not None and candidates and tally.settled(candidates, n - i):
-                    logger.debug("sampler: the vote is settled after %d of %d", i, n)
+            for i in range(start, start + n):
+                if tally is not None and candidates and tally.settled(candidates, start + n - i):
+                    logger.debug("sampler: the vote is settled after %d of %d", i - start, n)
                     break
                 if block is not None:  # the rollout a batch opened here would start at
                     block.rollout = i

@@ -24,7 +24,13 @@ fan-out, history and callbacks. Everything a caller needs is importable from her
 
 from __future__ import annotations
 
-from sqlweave.lm.batch import CandidateJudge, EarlyStop, SampleBatch, batched_samples
+from sqlweave.lm.batch import (
+    CandidateJudge,
+    EarlyStop,
+    SampleBatch,
+    batched_samples,
+    kept_prompts,
+)
 from sqlweave.lm.build import build_lm, configure
 from sqlweave.lm.chat import request_to_messages
 from sqlweave.lm.engine import AsyncLlamaCppEngine, LlamaCppEngine, is_local
@@ -82,6 +88,7 @@ __all__ = [
     "default_prompt_lookup",
     "default_threads",
     "is_local",
+    "kept_prompts",
     "request_to_messages",
     "spec_of",
     "track_usage",

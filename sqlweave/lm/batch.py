@@ -223,6 +223,31 @@ def batched_samples(
         batch.clear()
 
 
+_KEEP_PROMPTS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "sqlweave_keep_prompts", default=False
+)
+
+
+@contextmanager
+def kept_prompts() -> Iterator[None]:
+    """Keep the evaluated prompt of every local call in this block, greedy ones too.
+
+    A sampled call keeps its prompt (its samples follow); a lone greedy call does not, since no
+    call on its prompt usually follows. A cascade breaks that: ``ensemble`` asks each prompt
+    greedily first and draws its samples only after the other prompts, when the live KV cache
+    holds another prompt; kept, the first prompt is restored, not evaluated again."""
+    token = _KEEP_PROMPTS.set(True)
+    try:
+        yield
+    finally:
+        _KEEP_PROMPTS.reset(token)
+
+
+def prompts_kept() -> bool:
+    """Whether a :func:`kept_prompts` block is open in this context."""
+    return _KEEP_PROMPTS.get()
+
+
 def current_batch() -> SampleBatch | None:
     """The innermost :func:`batched_samples` block open in this context, if any."""
     return _SAMPLE_BATCH.get()

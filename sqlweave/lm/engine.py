@@ -22,7 +22,7 @@ from dspy.lm15 import Usage as TokenUsage
 
 from sqlweave import models
 from sqlweave.lm import loading
-from sqlweave.lm.batch import EarlyStop, SampleBatch, current_batch
+from sqlweave.lm.batch import EarlyStop, SampleBatch, current_batch, prompts_kept
 from sqlweave.lm.chat import (
     answer_content,
     continue_assistant,
@@ -240,10 +240,13 @@ class LlamaCppEngine:
                 # n > 1): keep its evaluated prompt so the next sample restores it. So is a
                 # greedy call hosting a batch of samples; and a program that alternates prompts
                 # (several generators per question) finds the schema prefix of each there for
-                # the next question, where the live KV cache holds only the last prompt.
+                # the next question, where the live KV cache holds only the last prompt. A
+                # cascade's greedy call is followed by its samples later (kept_prompts).
                 begin(
                     lookup_tokens=lookup,
-                    keep_prompt=options["temperature"] > 0 or (batch is not None and hosting),
+                    keep_prompt=options["temperature"] > 0
+                    or (batch is not None and hosting)
+                    or prompts_kept(),
                     prompt_cache_bytes=self.prompt_cache_bytes,
                 )
             prefill = prefill_of(messages)
