@@ -94,9 +94,9 @@ PRESETS: dict[str, Preset] = {
         "0.7), the joins a query forgot are added where no candidate runs, a vote (one each) "
         "among the candidates whose values the database stores, then the rules and the 'both' "
         "rewrite; each part kept by rules 16, 19 and 27",
-        measured="decision set (1,000 Spider train questions on 128 databases) 79.5 with 4.2 "
-        "LM calls a question (docs/decisions.md, rule 27; rule 19's 8-call pool: 79.6, "
-        "spider-dev-200 70.5, bird-52 75.0, 9.5 s/question cold)",
+        measured="spider-dev-200 70.0, bird-52 69.2 (read once each), 5.0 / 8.2 s/question "
+        "cold; decision set (1,000 Spider train questions on 128 databases) 79.5 with 4.2 LM "
+        "calls a question (docs/decisions.md, rule 27)",
         # the join repair's worth depends on the database (issue 59: +25 on bird-52's one
         # database, a lookup join no question asked for on others)
         space={"repair": ("joins", "none"), "repair_scope": ("fallback", "all")},
