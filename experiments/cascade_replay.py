@@ -28,6 +28,7 @@ from tqdm import tqdm
 from sqlweave.data import load_slice
 from sqlweave.evaluate import read_records
 from sqlweave.programs.stages.cascade import greedy_agree
+from sqlweave.programs.stages.grounding import ValueLookup
 from sqlweave.programs.stages.voting import VoteTally
 
 DESIGN = ("fallback", "grounded|rules_intersect")
@@ -45,15 +46,19 @@ def greedy_pair(record: dict[str, Any]) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
-def stops(record: dict[str, Any], judge: Judge) -> tuple[bool, list[dict[str, Any]]]:
-    """Whether the cascade stops on ``record`` (rule 27), and the greedy candidates."""
+def stops(
+    record: dict[str, Any], judge: Judge, grounded: bool = False
+) -> tuple[bool, list[dict[str, Any]]]:
+    """Whether the cascade stops on ``record`` (rule 27; with ``grounded``, rule 29), and the
+    greedy candidates."""
     pair = greedy_pair(record)
     if any(str(c.get("origin") or "").endswith(":repaired") for c in pair):
         return False, pair
     sqls = [c["sql"] for c in pair]
     tally = VoteTally(judge.db, judge.timeout_s)  # as the program judges them
     outcomes = [tally.outcome(s) for s in sqls]
-    return greedy_agree(sqls, outcomes, judge.db.dialect), pair
+    lookup = ValueLookup(judge.db) if grounded else None
+    return greedy_agree(sqls, outcomes, judge.db.dialect, lookup), pair
 
 
 def main() -> None:
@@ -62,6 +67,9 @@ def main() -> None:
     parser.add_argument("table")
     parser.add_argument("--slice", required=True)
     parser.add_argument("--name", required=True)
+    parser.add_argument(
+        "--grounded", action="store_true", help="rule 29: stop only if both are grounded too"
+    )
     args = parser.parse_args()
     examples = {str(ex.question_id): ex for ex in load_slice(args.slice)}
     rows = {r["question_id"]: r for r in read_records(args.table)}
@@ -76,7 +84,7 @@ def main() -> None:
                 continue
             judge = Judge(examples[qid])
             try:
-                stop, pair = stops(record, judge)
+                stop, pair = stops(record, judge, args.grounded)
             finally:
                 judge.db.close()
             row = rows[qid]

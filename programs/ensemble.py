@@ -25,6 +25,7 @@ from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import SQLProgram
 from sqlweave.programs.stages import generators as generator_registry
 from sqlweave.programs.stages.cascade import greedy_agree
+from sqlweave.programs.stages.grounding import ValueLookup
 from sqlweave.programs.stages.voting import (
     Candidates,
     PoolRepair,
@@ -161,9 +162,10 @@ class EnsembleSQL(SQLProgram):
       passed to those declaring it, :func:`~sqlweave.programs.stages.generators.build_shared`);
     * ``cascade`` (False): ask every generator for its greedy candidate first and stop there
       when they agree (:func:`~sqlweave.programs.stages.cascade.greedy_agree`: all ran, a
-      non-empty result, one execution class); otherwise draw the rest and select over the
-      whole pool, in the same order as without it. Rule 27 of ``docs/decisions.md`` decided
-      it on recorded pools; it replaces the early stop below.
+      non-empty result, one execution class, every text they compare stored in its column);
+      otherwise draw the rest and select over the whole pool, in the same order as without
+      it. Rules 27 and 29 of ``docs/decisions.md`` decided it on recorded pools; it replaces
+      the early stop below.
 
     **Early stop.** With the plain vote and equal weights the pool stops drawing once the vote is
     settled: before each generator, if the candidates so far decide the vote whatever the
@@ -312,7 +314,8 @@ class EnsembleSQL(SQLProgram):
                 pools[name] = self._ruled(greedy, ran, ask["question"], db)
         schema_text = prompts[self.names[0]].schema
         firsts = [pool[0] for pool in pools.values()]
-        if greedy_agree(firsts, [tally.outcome(sql) for sql in firsts], db.dialect):
+        outcomes = [tally.outcome(sql) for sql in firsts]
+        if greedy_agree(firsts, outcomes, db.dialect, ValueLookup(db)):
             logger.debug("ensemble: the greedy candidates agree; no samples drawn")
             return pools, schema_text
         for name in reversed(self.names):

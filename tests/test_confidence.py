@@ -154,7 +154,9 @@ def test_the_shipped_file_is_complete() -> None:
     payload = json.loads(WEIGHTS_FILE.read_text(encoding="utf-8"))
     assert payload["features"] == list(FEATURES)
     assert set(packaged_calibrators()) == {"pool", "single"}
-    assert 0.0 < packaged_threshold() < 1.0
+    # 1.0 is a threshold too: no cut kept >= 90 % right on both train-side sets (rule 28), so
+    # every answer shows the next readings.
+    assert 0.0 < packaged_threshold() <= 1.0
     assert payload["provenance"]["pool_out_of_fold"]["precision_above"] >= 90.0
 
 

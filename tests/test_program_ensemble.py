@@ -134,6 +134,7 @@ EMPTY = "SELECT name FROM singer WHERE country = 'Atlantis'"
 def test_greedy_agree_needs_every_greedy_candidate_run_non_empty_and_one_class(db) -> None:
     """Rule 27's test, the same in the replay and in the program."""
     from sqlweave.programs.stages.cascade import greedy_agree
+    from sqlweave.programs.stages.grounding import ValueLookup
 
     def agree(*sqls: str) -> bool:
         return greedy_agree(sqls, [db.try_execute(s) for s in sqls], db.dialect)
@@ -144,6 +145,11 @@ def test_greedy_agree_needs_every_greedy_candidate_run_non_empty_and_one_class(d
     assert not agree(RIGHT, BROKEN) and not agree(BROKEN, BROKEN)  # one did not run
     assert not agree(EMPTY, EMPTY)  # agreeing on nothing is not agreement
     assert not agree(RIGHT)  # one prompt has nothing to agree with
+    guess = "SELECT count(*) FROM singer WHERE country = 'Atlantis'"  # one row: 0
+    assert agree(guess, guess)
+    lookup = ValueLookup(db)  # rule 29: a text the column never stores is not agreement
+    assert not greedy_agree([guess, guess], [db.try_execute(guess)] * 2, db.dialect, lookup)
+    assert greedy_agree([RIGHT, RIGHT], [db.try_execute(RIGHT)] * 2, db.dialect, lookup)
 
 
 def test_the_cascade_stops_at_the_greedy_candidates_when_they_agree(db) -> None:
@@ -157,7 +163,12 @@ def test_the_cascade_stops_at_the_greedy_candidates_when_they_agree(db) -> None:
     assert program.switches["cascade"] is True  # what artefacts keep
 
 
-@pytest.mark.parametrize("greedy", [(RIGHT, OTHER), (EMPTY, EMPTY), (BROKEN, RIGHT)])
+GUESS = "SELECT count(*) FROM singer WHERE country = 'Atlantis'"
+
+
+@pytest.mark.parametrize(
+    "greedy", [(RIGHT, OTHER), (EMPTY, EMPTY), (BROKEN, RIGHT), (GUESS, GUESS)]
+)
 def test_the_cascade_draws_the_rest_in_pool_order_unless_the_greedy_agree(db, greedy) -> None:
     """The samples come last generator first (its prompt is the model's live one), and the
     pool keeps each generator's candidates together, greedy first, as without the cascade."""

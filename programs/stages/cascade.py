@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from sqlweave.db import ExecutionError, QueryResult
 from sqlweave.programs.stages.feedback import is_empty
+from sqlweave.programs.stages.grounding import ValueLookup, is_grounded
 from sqlweave.programs.stages.voting import group_outcomes
 
 
@@ -24,15 +25,20 @@ def greedy_agree(
     sqls: Sequence[str],
     outcomes: Sequence[QueryResult | ExecutionError | None],
     dialect: str,
+    lookup: ValueLookup | None = None,
 ) -> bool:
     """Whether the greedy candidates ``sqls`` (one per prompt, with their ``outcomes``) settle
-    the pool: at least two, every one ran and is non-empty, and all are one execution class."""
+    the pool: at least two, every one ran and is non-empty, and all are one execution class;
+    with ``lookup``, also every one grounded (:func:`~sqlweave.programs.stages.grounding.is_grounded`:
+    the texts it compares with ``=`` are stored in those columns)."""
     if len(sqls) < 2 or len(outcomes) != len(sqls):
         return False
     if any(not isinstance(o, QueryResult) or is_empty(o) for o in outcomes):
         return False
     groups = group_outcomes(list(sqls), list(outcomes), dialect)
-    return len(groups) == 1 and len(groups[0].members) == len(sqls)
+    if len(groups) != 1 or len(groups[0].members) != len(sqls):
+        return False
+    return lookup is None or all(is_grounded(sql, lookup) for sql in sqls)
 
 
 __all__ = ["greedy_agree"]
