@@ -1,11 +1,14 @@
-"""When a pool may stop at its greedy candidates: rule 27 of ``docs/decisions.md``.
+"""When a pool may stop at its greedy candidates: rules 27 and 29 of ``docs/decisions.md``.
 
 A pool of several prompts (``ensemble``) spends most of its calls on questions its prompts
 already agree on. The cascade draws each prompt's greedy candidate first and stops there when
-they all ran, returned a non-empty result, and form one execution class (the vote's
-equivalence, :func:`~sqlweave.programs.stages.voting.group_outcomes`); otherwise the samples
-are drawn and the selection sees the whole pool. An empty result is not agreement: two prompts
-returning nothing is the commonest way wrong queries agree (the vote's rule 2).
+they all ran, returned a non-empty result, form one execution class (the vote's equivalence,
+:func:`~sqlweave.programs.stages.voting.group_outcomes`) and compare no text a column does not
+store (rule 29); otherwise the samples are drawn and the selection sees the whole pool. An
+empty result is not agreement: two prompts returning nothing is the commonest way wrong queries
+agree (the vote's rule 2). Nor is a count over a guessed literal (``country = 'Holland'`` where
+the table says ``'Netherlands'``): both prompts may guess alike, and the ``grounded`` selection
+that would drop the guess needs the samples.
 
 The same predicate decides the replay on recorded pools (``experiments/cascade_replay.py``) and
 the program, so what was measured is what runs.
