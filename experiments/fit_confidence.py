@@ -35,6 +35,8 @@ from tqdm import tqdm
 from sqlweave.confidence import (
     FEATURES,
     POOL_FEATURES,
+    SHAPE_FEATURES,
+    TEXT_FEATURES,
     WEIGHTS_FILE,
     Calibrator,
     confidence_figures,
@@ -127,7 +129,12 @@ def _xy(rows: Sequence[dict[str, Any]], kind: str) -> tuple[list[dict], list[boo
 
 
 #: The feature sets rule 20 compares: C1 (rule 17's) and C2 (with the answer's shape).
-FEATURE_SETS = {"pool": POOL_FEATURES, "shape": FEATURES}
+#: C1 (rule 17), C2 (rule 20: the answer's shape), C4 (rule 30: the agreeing queries' text).
+FEATURE_SETS = {
+    "pool": POOL_FEATURES,
+    "shape": POOL_FEATURES + SHAPE_FEATURES,
+    "text": POOL_FEATURES + TEXT_FEATURES,
+}
 
 
 def out_of_fold(
@@ -236,25 +243,26 @@ def brier(scores: Sequence[float], labels: Sequence[bool]) -> list[float]:
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
-    """Rule 20: C2 (:data:`FEATURES`) against C1 (:data:`POOL_FEATURES`), ``pool`` answers."""
+    """Rules 20, 28, 30: a candidate feature set (``--candidate``, C2 ``shape`` by default)
+    against C1 (:data:`POOL_FEATURES`), ``pool`` answers."""
     rows = list(read_records(args.rows))
     second = list(read_records(args.second))
     labels, dbs = _xy(rows, "pool")[1], [r["db_id"] for r in rows]
-    oof = {name: out_of_fold(rows, "pool", feats) for name, feats in FEATURE_SETS.items()}
+    sets = {"pool": FEATURE_SETS["pool"], args.candidate: FEATURE_SETS[args.candidate]}
+    oof = {name: out_of_fold(rows, "pool", feats) for name, feats in sets.items()}
     full = {
-        name: fit_calibrator(*_xy(rows, "pool"), features=feats)
-        for name, feats in FEATURE_SETS.items()
+        name: fit_calibrator(*_xy(rows, "pool"), features=feats) for name, feats in sets.items()
     }
     feats2, labels2 = _xy(second, "pool")
     on_second = {name: [m.probability(f) for f in feats2] for name, m in full.items()}
-    diff = [
-        b - a for a, b in zip(brier(oof["pool"], labels), brier(oof["shape"], labels), strict=True)
-    ]
+    c2 = args.candidate
+    diff = [b - a for a, b in zip(brier(oof["pool"], labels), brier(oof[c2], labels), strict=True)]
     mean, low, high = cluster_bootstrap(diff, dbs)
     second_brier = {k: float(np.mean(brier(v, labels2))) for k, v in on_second.items()}
-    adopted = high < 0 and second_brier["shape"] <= second_brier["pool"]
+    adopted = high < 0 and second_brier[c2] <= second_brier["pool"]
     report: dict[str, Any] = {
-        "rule": "docs/decisions.md, rule 20",
+        "rule": args.rule,
+        "candidate": c2,
         "decision_set": Path(args.rows).name,
         "second_check": Path(args.second).name,
         "brier_out_of_fold": {
@@ -264,13 +272,13 @@ def cmd_compare(args: argparse.Namespace) -> None:
         "brier_second_check": {k: round(v, 4) for k, v in second_brier.items()},
         "c2_adopted": adopted,
     }
-    for name in FEATURE_SETS:
+    for name in sets:
         cut = threshold_for_all([(oof[name], labels), (on_second[name], labels2)], TARGET_PRECISION)
         report[f"{name}_out_of_fold"] = figures(oof[name], labels, cut)
         report[f"{name}_second_check"] = figures(on_second[name], labels2, cut)
         report[f"{name}_weights"] = full[name].as_dict()
     print(json.dumps(report, indent=1))
-    out = RESULTS / "rule20.json"
+    out = RESULTS / args.out
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out}")
 
@@ -306,9 +314,12 @@ def main() -> None:
     f.add_argument("--features", choices=sorted(FEATURE_SETS), default="pool")
     f.add_argument("--second", default="", help="spider-train-val's rows (rule 20's threshold)")
     f.set_defaults(func=cmd_fit)
-    m = sub.add_parser("compare", help="rule 20: the confidence with the answer's shape or not")
+    m = sub.add_parser("compare", help="rules 20, 28, 30: C1 against a candidate feature set")
     m.add_argument("rows", help="the decision set's rows")
     m.add_argument("--second", required=True, help="spider-train-val's rows (the second check)")
+    m.add_argument("--candidate", choices=("shape", "text"), default="shape")
+    m.add_argument("--rule", default="docs/decisions.md, rule 20", help="written in the report")
+    m.add_argument("--out", default="rule20.json", help="its name under results/confidence/")
     m.set_defaults(func=cmd_compare)
     c = sub.add_parser("check")
     c.add_argument("rows", nargs="+")

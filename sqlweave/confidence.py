@@ -43,9 +43,12 @@ POOL_FEATURES = (
 #: What the answer's SQL and its database look like (rule 20): harder queries over bigger
 #: schemas are wrong more often at the same vote.
 SHAPE_FEATURES = ("hardness", "tables", "schema_tables")
+#: Whether the candidates that agree with the answer wrote its very query (rule 30): two prompts
+#: reading different evidence that write the same SQL, against different SQL with equal rows.
+TEXT_FEATURES = ("same_sql",)
 #: Every feature :func:`sqlweave.programs.stages.confidence.evidence` computes; a model reads
 #: those it has weights for.
-FEATURES = POOL_FEATURES + SHAPE_FEATURES
+FEATURES = POOL_FEATURES + SHAPE_FEATURES + TEXT_FEATURES
 
 
 @dataclass(frozen=True)

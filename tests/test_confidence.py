@@ -42,8 +42,12 @@ def test_evidence_reads_how_the_pool_splits(db: Database) -> None:
     assert features["agree"] == pytest.approx(5 / 8) and features["ran"] == pytest.approx(7 / 8)
     assert features["margin"] == pytest.approx(3 / 8)
     assert features["empty"] == 0.0 and features["one_row"] == 1.0
-    assert set(features) == set(POOL_FEATURES)
+    assert set(features) == set(POOL_FEATURES) | {"same_sql"}
+    assert features["same_sql"] == 1.0  # the five agreeing candidates wrote the answer's text
     assert set(evidence("q", pool, SINGERS, db, shape=True)[0]) == set(FEATURES)
+    other = "select COUNT(*) from singer;"  # the same text but for case and the ';'
+    mixed = [SINGERS, SINGERS.replace("*", "Singer_ID"), other, CONCERTS]
+    assert evidence("q", mixed, SINGERS, db)[0]["same_sql"] == pytest.approx(2 / 3)
     assert readings[0].sql == SINGERS and readings[1].sql == CONCERTS
     assert readings[1].share == pytest.approx(2 / 8) and readings[1].rows == ((10,),)
 

@@ -69,6 +69,11 @@ def _agree_with(result: QueryResult, groups: Sequence[Any]) -> int | None:
     return None
 
 
+def _normal(sql: str) -> str:
+    """``sql`` compared as text: case and white space folded, a trailing ``;`` dropped."""
+    return " ".join(sql.strip().rstrip(";").lower().split())
+
+
 def evidence(
     question: str,
     candidates: Sequence[str],
@@ -86,6 +91,8 @@ def evidence(
     ``log_classes``: log of 1 + the number of distinct results; ``grounded``: the answer's
     string values are stored in the database; ``grounded_agree``: the share of the grounded
     candidates that agree with the answer; ``empty``, ``null``, ``one_row``: the answer's shape;
+    ``same_sql``: the share of the agreeing candidates whose query text (case, white space and a
+    trailing ``;`` folded) is the answer's;
     with ``shape``, :func:`sql_shape`'s three too (the shipped models do not read them: rule 20
     found them no help, and they introspect the whole database).
     """
@@ -117,6 +124,9 @@ def evidence(
         "empty": float(not rows),
         "null": float(bool(rows) and all(v is None for r in rows for v in r)),
         "one_row": float(len(rows) == 1),
+        "same_sql": sum(_normal(pool[i]) == _normal(sql) for i in agreeing) / len(agreeing)
+        if agreeing
+        else 0.0,
         **(sql_shape(sql, db) if shape else {}),
     }
     readings = [
