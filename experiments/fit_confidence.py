@@ -128,8 +128,8 @@ def _xy(rows: Sequence[dict[str, Any]], kind: str) -> tuple[list[dict], list[boo
     return [r[kind] for r in rows], [bool(r[f"{kind}_right"]) for r in rows]
 
 
-#: The feature sets rule 20 compares: C1 (rule 17's) and C2 (with the answer's shape).
-#: C1 (rule 17), C2 (rule 20: the answer's shape), C4 (rule 30: the agreeing queries' text).
+#: The feature sets ``compare`` and ``fit`` take: C1 (rule 17's), C2 (rule 20: with the answer's
+#: shape), C4 (rule 30: with whether the agreeing candidates wrote the answer's text).
 FEATURE_SETS = {
     "pool": POOL_FEATURES,
     "shape": POOL_FEATURES + SHAPE_FEATURES,
