@@ -94,7 +94,7 @@ def main() -> None:
             kept.write(json.dumps({**record, "cascade_stop": stop}) + "\n")
             row = {**row, "cascade_stop": stop}
             stopped[qid] = stop
-            calls[qid] = 2 if stop else len(record["candidates"])
+            calls[qid] = len(record["candidates"])  # the greedy pair where it stopped
             handle.write(json.dumps(row) + "\n")
     packed = compress(out)
     compress(pools)

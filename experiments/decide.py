@@ -279,7 +279,7 @@ def _line(name: str, a: dict[str, bool], b: dict[str, bool], label_b: str) -> di
     cmp = paired(a, b)
     ci = bootstrap_ci(list(a.values()))
     text = (
-        f"{name}: {bootstrap_ci(list(a.values()))} vs {label_b} {100 * cmp.ex_b:.1f}; "
+        f"{name}: {ci} vs {label_b} {100 * cmp.ex_b:.1f}; "
         f"{100 * cmp.delta:+.1f} {cmp.diff} p={cmp.p_value:.3g} ({cmp.only_a} vs {cmp.only_b})"
     )
     print("  " + text)
@@ -291,6 +291,7 @@ def _line(name: str, a: dict[str, bool], b: dict[str, bool], label_b: str) -> di
         "interval": [round(100 * ci.low, 1), round(100 * ci.high, 1)],
         "ex_against": round(100 * cmp.ex_b, 1),
         "delta": round(100 * cmp.delta, 1),
+        "delta_interval": [round(100 * cmp.diff.low, 1), round(100 * cmp.diff.high, 1)],
         "p_value": cmp.p_value,
         "gained": cmp.only_a,
         "lost": cmp.only_b,

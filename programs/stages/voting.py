@@ -388,7 +388,7 @@ class Sampler(dspy.Module):
             inputs,
             lambda i: sample_lm(i, self.temperature, greedy_first=self.greedy_first),
             n=1,
-            samples=0 if self.greedy_first else 1,
+            samples=0,  # one call: nothing to batch
             greedy=False,
         )
 
