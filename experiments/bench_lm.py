@@ -295,7 +295,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "draft_tokens": sum(c.get("draft_tokens", 0) for c in calls),
         # Answers taken from a batch of samples decoded together (lm.batched_samples).
         "batched_answers_per_question": sum("batch_index" in c for c in calls) / n if n else 0.0,
-        # Samples a batch gave up once the vote was settled (programs.stages.voting.Sampler).
+        # Samples a batch gave up once the vote was settled (programs.stages.sampling.Sampler).
         "cancelled_samples_per_question": (
             sum(c.get("batch_cancelled", 0) for c in calls) / n if n else 0.0
         ),

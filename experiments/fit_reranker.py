@@ -43,7 +43,8 @@ from sqlweave.evaluate import read_records
 from sqlweave.programs.stages.reranker import class_design as design
 from sqlweave.programs.stages.reranker import class_features, fit_weights
 from sqlweave.programs.stages.reranker import replay_choices as choices
-from sqlweave.programs.stages.voting import execution_groups, origin_is_greedy, ranked_groups
+from sqlweave.programs.stages.sampling import origin_is_greedy
+from sqlweave.programs.stages.voting import execution_groups, ranked_groups
 from sqlweave.stats import bootstrap_ci, paired
 
 RESULTS = Path(__file__).resolve().parent / "results" / "reranker"

@@ -34,7 +34,7 @@ from typing import Any
 from tqdm import tqdm
 
 from sqlweave.programs.stages.replay import distinct_texts, representatives
-from sqlweave.programs.stages.voting import origin_generator, origin_is_greedy
+from sqlweave.programs.stages.sampling import origin_generator, origin_is_greedy
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ensemble"
 SYSTEM = "You are a SQLite expert."

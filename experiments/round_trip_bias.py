@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlweave.evaluate import read_records
-from sqlweave.programs.stages.voting import origin_is_greedy
+from sqlweave.programs.stages.sampling import origin_is_greedy
 from sqlweave.synthesis.pairs import ROUND_TRIP_REJECTED, read_pairs
 
 

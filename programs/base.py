@@ -252,7 +252,7 @@ class Generator(dspy.Predict):
         an adapter that reads a completion as plain text says how (``output_reader``, as
         :class:`~sqlweave.adapter.SQLAdapter` does). Another may parse markers or ask the LM
         again, so the text alone does not give the answer. A settling
-        :class:`~sqlweave.programs.stages.voting.Sampler` hands the reader to the local engine, which
+        :class:`~sqlweave.programs.stages.sampling.Sampler` hands the reader to the local engine, which
         then judges the samples it decodes as the candidates they will be.
         """
         from sqlweave.adapter import use_default_adapter

@@ -20,14 +20,8 @@ from sqlweave.adapter import check_layout
 from sqlweave.db import Database
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
-from sqlweave.programs.stages.voting import (
-    Candidates,
-    PoolRepair,
-    Sampler,
-    VoteTally,
-    sampled_origins,
-    settle_for,
-)
+from sqlweave.programs.stages.sampling import Sampler, sampled_origins, settle_for
+from sqlweave.programs.stages.voting import Candidates, PoolRepair, VoteTally
 from sqlweave.schema import prompt_schema
 from sqlweave.signatures import GenerateSQL
 

@@ -35,7 +35,7 @@ from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram, resolve_database
 from sqlweave.programs.stages.demos import DemoSource
 from sqlweave.programs.stages.linking import LinkedSchema
-from sqlweave.programs.stages.voting import Sampler
+from sqlweave.programs.stages.sampling import Sampler
 from sqlweave.schema import Schema, introspect, render_columns, render_ddl_with_rows
 from sqlweave.signatures import GenerateSQL
 

@@ -26,16 +26,8 @@ from sqlweave.programs.base import SQLProgram
 from sqlweave.programs.stages import generators as generator_registry
 from sqlweave.programs.stages.cascade import greedy_agree
 from sqlweave.programs.stages.grounding import ValueLookup
-from sqlweave.programs.stages.voting import (
-    Candidates,
-    PoolRepair,
-    Sampler,
-    VoteTally,
-    group_outcomes,
-    origin_generator,
-    sampled_origins,
-    settle_for,
-)
+from sqlweave.programs.stages.sampling import Sampler, origin_generator, sampled_origins, settle_for
+from sqlweave.programs.stages.voting import Candidates, PoolRepair, VoteTally, group_outcomes
 
 logger = logging.getLogger(__name__)
 
@@ -254,7 +246,7 @@ class EnsembleSQL(SQLProgram):
     @property
     def _plain_vote(self) -> bool:
         """Whether the selection is the unweighted vote, which may stop the pool early
-        (:func:`~sqlweave.programs.stages.voting.settle_for`: the selector declares ``settles_early``,
+        (:func:`~sqlweave.programs.stages.sampling.settle_for`: the selector declares ``settles_early``,
         the weights are equal, and no repair may revive what a settled vote counted out)."""
         uniform = len(set(self.weight_of.values())) == 1 and self.greedy_weight == 1.0
         return bool(settle_for(self.selector, needs_all=not uniform or self.repair.revives))

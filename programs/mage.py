@@ -71,7 +71,7 @@ from sqlweave.programs.stages.demos import DemoSource
 from sqlweave.programs.stages.linking import LinkedSchema
 from sqlweave.programs.stages.retrieval import DemoRetriever, RandomRetriever, as_demos
 from sqlweave.programs.stages.rules import is_hard_case
-from sqlweave.programs.stages.voting import Sampler
+from sqlweave.programs.stages.sampling import Sampler
 from sqlweave.schema import introspect, render_ddl
 from sqlweave.signatures import CorrectSQL, GenerateSQL
 from sqlweave.sqltree import parse_sql

@@ -72,7 +72,7 @@ from sqlweave.programs.base import Generator, SQLProgram
 from sqlweave.programs.stages.demos import DemoSource
 from sqlweave.programs.stages.linking import LinkedSchema
 from sqlweave.programs.stages.retrieval import as_demos
-from sqlweave.programs.stages.voting import Sampler, sample_lm
+from sqlweave.programs.stages.sampling import Sampler, sample_lm
 from sqlweave.schema import Schema, introspect, render_pet
 from sqlweave.signatures import GenerateSQL
 

@@ -52,7 +52,7 @@ from sqlweave.db import Database
 from sqlweave.programs import stages as stage_registry
 from sqlweave.programs.base import Generator, SQLProgram
 from sqlweave.programs.stages.demos import DemoSource
-from sqlweave.programs.stages.voting import Sampler, settle_for
+from sqlweave.programs.stages.sampling import Sampler, settle_for
 from sqlweave.schema import prompt_schema
 from sqlweave.signatures import GenerateSQLFromExamples
 from sqlweave.values import ValueIndex

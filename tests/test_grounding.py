@@ -11,7 +11,8 @@ import pytest
 from sqlweave.db import Database
 from sqlweave.programs import stages
 from sqlweave.programs.stages.grounding import GroundedSelector, ValueLookup, is_grounded
-from sqlweave.programs.stages.voting import Candidates, VoteSelector, settle_for
+from sqlweave.programs.stages.sampling import settle_for
+from sqlweave.programs.stages.voting import Candidates, VoteSelector
 
 IL = "SELECT SUM(total) FROM invoices WHERE billing_state = 'IL'"
 ILLINOIS = "SELECT SUM(total) FROM invoices WHERE billing_state = 'Illinois'"

@@ -669,7 +669,7 @@ def test_stash_keys_leave_out_the_seed_only() -> None:
 def test_self_consistency_decodes_its_samples_in_one_batch(fake, demo_concert_db, wrapped) -> None:
     from sqlweave.adapter import SQLAdapter
     from sqlweave.programs.direct import DirectSQL
-    from sqlweave.programs.stages.voting import SelfConsistency
+    from sqlweave.programs.stages.sampling import SelfConsistency
 
     spec, llama = fake
     lm = dspy.LM(spec, engine=LlamaCppEngine(spec), cache=False, num_retries=0, seed=5)

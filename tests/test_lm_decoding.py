@@ -395,7 +395,7 @@ def test_n_samples_through_dspy_keep_their_prompt(recording) -> None:
 def test_self_consistency_samples_share_one_prompt(recording, demo_concert_db, wrapped) -> None:
     from sqlweave.adapter import SQLAdapter
     from sqlweave.programs.direct import DirectSQL
-    from sqlweave.programs.stages.voting import SelfConsistency
+    from sqlweave.programs.stages.sampling import SelfConsistency
 
     spec, fake = recording
     lm = dspy.LM(spec, engine=LlamaCppEngine(spec), cache=False, num_retries=0)
@@ -521,7 +521,7 @@ def test_small_model_samples_evaluate_the_prompt_once(demo_concert_db: Path) -> 
 def test_small_model_self_consistency_greedy_candidate_is_direct(demo_concert_db: Path) -> None:
     _need_llama_cpp()
     from sqlweave.programs.direct import DirectSQL
-    from sqlweave.programs.stages.voting import SelfConsistency
+    from sqlweave.programs.stages.sampling import SelfConsistency
 
     lm = build_lm(sqlweave_lm.SMALL_MODEL, max_tokens=128, cache=False)
     with dspy.context(lm=lm):

@@ -19,8 +19,8 @@ from sqlweave.db import Database
 from sqlweave.programs import stages
 from sqlweave.programs.ensemble import EnsembleSQL
 from sqlweave.programs.stages.chain import Chain
+from sqlweave.programs.stages.sampling import settle_for
 from sqlweave.programs.stages.setops import IntersectCorrector
-from sqlweave.programs.stages.voting import settle_for
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -21,7 +21,7 @@ from sqlweave.programs import stages
 from sqlweave.programs.base import Generator
 from sqlweave.programs.stages.demos import DemoSource
 from sqlweave.programs.stages.linking import LinkedSchema
-from sqlweave.programs.stages.voting import Sampler
+from sqlweave.programs.stages.sampling import Sampler
 from sqlweave.schema import introspect, render_ddl
 
 

@@ -9,14 +9,8 @@ from conftest import spy_rollouts
 from dspy.utils import DummyLM
 
 from sqlweave.programs.direct import DirectSQL
-from sqlweave.programs.stages.voting import (
-    Sampler,
-    SelfConsistency,
-    VoteTally,
-    equivalent,
-    execution_groups,
-    vote,
-)
+from sqlweave.programs.stages.sampling import Sampler, SelfConsistency
+from sqlweave.programs.stages.voting import VoteTally, equivalent, execution_groups, vote
 
 N_SINGERS = "SELECT count(*) FROM singer"  # 6
 N_SINGERS_2 = "SELECT count(singer_id) FROM singer"  # 6, written differently
@@ -222,7 +216,7 @@ def _capture_batch_settle(monkeypatch, answers_at_start):
     (read as candidates by the early stop's reader, then judged)."""
     from contextlib import contextmanager
 
-    from sqlweave.programs.stages import voting
+    from sqlweave.programs.stages import sampling
 
     seen: dict = {}
 
@@ -232,7 +226,7 @@ def _capture_batch_settle(monkeypatch, answers_at_start):
         seen["verdicts"] = [early_stop.settled(a) for a in answers_at_start] if early_stop else []
         yield None
 
-    monkeypatch.setattr(voting, "batched_samples", block)
+    monkeypatch.setattr(sampling, "batched_samples", block)
     return seen
 
 
@@ -350,10 +344,10 @@ def test_pet_draws_its_finsqls_and_samples_through_the_sampler(db, monkeypatch) 
     from contextlib import contextmanager
 
     from sqlweave.programs.pet import PETSQL
-    from sqlweave.programs.stages import voting
+    from sqlweave.programs.stages import sampling
 
     blocks: list[tuple] = []
-    real = voting.batched_samples
+    real = sampling.batched_samples
 
     @contextmanager
     def block(k, *, temperature=None, greedy=False, early_stop=None):
@@ -361,7 +355,7 @@ def test_pet_draws_its_finsqls_and_samples_through_the_sampler(db, monkeypatch) 
         with real(k, temperature=temperature, greedy=greedy, early_stop=early_stop) as batch:
             yield batch
 
-    monkeypatch.setattr(voting, "batched_samples", block)
+    monkeypatch.setattr(sampling, "batched_samples", block)
     answers = [N_SINGERS, N_STADIUMS, N_SINGERS_2, BROKEN]  # PreSQL, FinSQL, two samples
     lm = DummyLM([{"sql": sql} for sql in answers])
     rollouts = spy_rollouts(lm)

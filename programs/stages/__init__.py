@@ -52,7 +52,7 @@ The other stages are shared classes rather than roles with alternatives: schema 
 (:mod:`sqlweave.caches`, one cache per database), demo source
 (:class:`~sqlweave.programs.stages.demos.DemoSource`), generator
 (:class:`~sqlweave.programs.base.Generator`) and sampler
-(:class:`~sqlweave.programs.stages.voting.Sampler`).
+(:class:`~sqlweave.programs.stages.sampling.Sampler`).
 
 A seed takes ``linker=``, ``selector=`` and ``corrector=`` constructor arguments: a registry name
 (saved with a compiled artefact, and what ``sqlweave ... --set linker=bidirectional`` passes) or

@@ -24,7 +24,7 @@ with hints an LM extracted) need earlier LM calls; they stay inside their progra
 A generator splits its call in two so a caller can sample it: :meth:`PromptGenerator.prompt`
 builds the predictor's inputs once (schema text, values, demos), and the caller runs the
 predictor (``prompt.predictor(**prompt.inputs)``) greedy or sampled, e.g. through a
-:class:`~sqlweave.programs.stages.voting.Sampler`. Calling the generator itself does both, greedily.
+:class:`~sqlweave.programs.stages.sampling.Sampler`. Calling the generator itself does both, greedily.
 A new generator is one subclass with :meth:`~PromptGenerator.schema_text` and one
 :func:`register` call.
 """

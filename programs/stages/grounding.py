@@ -27,7 +27,7 @@ What is checked, conservatively (anything unclear counts as grounded):
   candidate in: the vote deals with broken SQL.
 
 It needs every candidate, so a sampler feeding it draws them all: the settled-vote early stop
-(:func:`~sqlweave.programs.stages.voting.settle_for`) is kept for the plain ``vote`` selector only.
+(:func:`~sqlweave.programs.stages.sampling.settle_for`) is kept for the plain ``vote`` selector only.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from sqlweave.programs.stages.voting import origin_generator, origin_is_greedy
+from sqlweave.programs.stages.sampling import origin_generator, origin_is_greedy
 
 #: The ``repair_scope`` choices :func:`repair_scopes` replays.
 REPAIR_SCOPES = ("none", "all", "fallback")

@@ -15,7 +15,7 @@ wherever its top class holds more than that share; the packaged weights have non
 cross-validation chose none).
 
 No LM call; it needs every candidate (a class the vote counted out may still score best), so a
-sampler feeding it does not stop early (:func:`~sqlweave.programs.stages.voting.settle_for` settles only
+sampler feeding it does not stop early (:func:`~sqlweave.programs.stages.sampling.settle_for` settles only
 the plain vote). The weights ship with the package (``reranker_weights.json``); a user can fit
 their own on their train questions (:func:`fit_weights` on their classes) and pass them as
 ``weights=``.

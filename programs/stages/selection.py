@@ -156,8 +156,8 @@ class RunoffSelector(dspy.Module):
     (:class:`CandidateSelector`), leader first; otherwise the vote stands and no call is made.
     ``threshold=1`` asks only on exact ties; 0 asks whenever two answers ran.
 
-    It needs every candidate, so a :class:`~sqlweave.programs.stages.voting.Sampler` feeding it must
-    not stop early on a settled vote (:func:`~sqlweave.programs.stages.voting.settle_for` gives it no
+    It needs every candidate, so a :class:`~sqlweave.programs.stages.sampling.Sampler` feeding it must
+    not stop early on a settled vote (:func:`~sqlweave.programs.stages.sampling.settle_for` gives it no
     ``settle``): a vote that cannot change can still be close.
     """
 

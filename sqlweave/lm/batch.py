@@ -5,7 +5,7 @@ a prompt decodes k continuations of it together, one llama.cpp batch per step wi
 sequence; the calls after it that ask for the same prompt and settings are answered from those.
 A block opened with ``greedy=True`` lets its first call be the greedy one: it decodes as one
 more sequence of the same batch, beside the k samples. The block is the local engine's only
-side channel; :class:`sqlweave.programs.stages.voting.Sampler` is the one caller that opens it.
+side channel; :class:`sqlweave.programs.stages.sampling.Sampler` is the one caller that opens it.
 
 :class:`EarlyStop` is the typed contract between that caller and the engine for ending a batch
 early: the caller judges *candidates*, the parser of the calls' output says how a call's answer
@@ -87,7 +87,7 @@ class SampleBatch:
     candidates decoded so far answer its question: the sequences still decoding are then given
     up (never stashed) and the finished samples wait in sequence order, so a caller that stops
     asking once its candidates suffice never pays for the rest. Self-consistency uses it to stop
-    once its vote is decided (:class:`sqlweave.programs.stages.voting.Sampler`). A sample given up and
+    once its vote is decided (:class:`sqlweave.programs.stages.sampling.Sampler`). A sample given up and
     asked for all the same is decoded by an ordinary call.
     """
 
