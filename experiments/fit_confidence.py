@@ -36,6 +36,7 @@ from sqlweave.confidence import (
     FEATURES,
     POOL_FEATURES,
     SHAPE_FEATURES,
+    SIZE_FEATURES,
     TEXT_FEATURES,
     WEIGHTS_FILE,
     Calibrator,
@@ -66,6 +67,7 @@ FAILED = {
     "empty": 1.0,
     "null": 0.0,
     "one_row": 0.0,
+    "log_candidates": 0.0,
 }
 
 
@@ -129,11 +131,13 @@ def _xy(rows: Sequence[dict[str, Any]], kind: str) -> tuple[list[dict], list[boo
 
 
 #: The feature sets ``compare`` and ``fit`` take: C1 (rule 17's), C2 (rule 20: with the answer's
-#: shape), C4 (rule 30: with whether the agreeing candidates wrote the answer's text).
+#: shape), C4 (rule 30: with whether the agreeing candidates wrote the answer's text), C5 (rule
+#: 32: with how many candidates were drawn).
 FEATURE_SETS = {
     "pool": POOL_FEATURES,
     "shape": POOL_FEATURES + SHAPE_FEATURES,
     "text": POOL_FEATURES + TEXT_FEATURES,
+    "size": POOL_FEATURES + SIZE_FEATURES,
 }
 
 
@@ -243,7 +247,7 @@ def brier(scores: Sequence[float], labels: Sequence[bool]) -> list[float]:
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
-    """Rules 20, 28, 30: a candidate feature set (``--candidate``, C2 ``shape`` by default)
+    """Rules 20, 28, 30, 32: a candidate feature set (``--candidate``, C2 ``shape`` by default)
     against C1 (:data:`POOL_FEATURES`), ``pool`` answers."""
     rows = list(read_records(args.rows))
     second = list(read_records(args.second))
@@ -314,10 +318,10 @@ def main() -> None:
     f.add_argument("--features", choices=sorted(FEATURE_SETS), default="pool")
     f.add_argument("--second", default="", help="spider-train-val's rows (rule 20's threshold)")
     f.set_defaults(func=cmd_fit)
-    m = sub.add_parser("compare", help="rules 20, 28, 30: C1 against a candidate feature set")
+    m = sub.add_parser("compare", help="rules 20, 28, 30, 32: C1 against a candidate feature set")
     m.add_argument("rows", help="the decision set's rows")
     m.add_argument("--second", required=True, help="spider-train-val's rows (the second check)")
-    m.add_argument("--candidate", choices=("shape", "text"), default="shape")
+    m.add_argument("--candidate", choices=("shape", "text", "size"), default="shape")
     m.add_argument("--rule", default="docs/decisions.md, rule 20", help="written in the report")
     m.add_argument("--out", default="rule20.json", help="its name under results/confidence/")
     m.set_defaults(func=cmd_compare)

@@ -46,9 +46,13 @@ SHAPE_FEATURES = ("hardness", "tables", "schema_tables")
 #: Whether the candidates that agree with the answer wrote its very query (rule 30): two prompts
 #: reading different evidence that write the same SQL, against different SQL with equal rows.
 TEXT_FEATURES = ("same_sql",)
+#: How many candidates the program drew (rule 32): with the cascade, a unanimous pool of the two
+#: greedy queries (it stopped) is right far more often than a unanimous pool of eight drawn after
+#: they disagreed, and no other feature tells the two apart.
+SIZE_FEATURES = ("log_candidates",)
 #: Every feature :func:`sqlweave.programs.stages.confidence.evidence` computes; a model reads
 #: those it has weights for.
-FEATURES = POOL_FEATURES + SHAPE_FEATURES + TEXT_FEATURES
+FEATURES = POOL_FEATURES + SHAPE_FEATURES + TEXT_FEATURES + SIZE_FEATURES
 
 
 @dataclass(frozen=True)

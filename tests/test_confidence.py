@@ -42,8 +42,15 @@ def test_evidence_reads_how_the_pool_splits(db: Database) -> None:
     assert features["agree"] == pytest.approx(5 / 8) and features["ran"] == pytest.approx(7 / 8)
     assert features["margin"] == pytest.approx(3 / 8)
     assert features["empty"] == 0.0 and features["one_row"] == 1.0
-    assert set(features) == set(POOL_FEATURES) | {"same_sql"}
+    assert set(features) == set(POOL_FEATURES) | {"same_sql", "log_candidates"}
     assert features["same_sql"] == 1.0  # the five agreeing candidates wrote the answer's text
+    assert features["log_candidates"] == pytest.approx(math.log(8))
+    # a cascade that stopped at its two greedy queries: unanimous as eight would be, but fewer
+    stopped = evidence("q", [SINGERS, SINGERS], SINGERS, db)[0]
+    assert stopped["agree"] == 1.0 and stopped["log_candidates"] == pytest.approx(math.log(2))
+    assert (
+        evidence("q", [SINGERS, ""], SINGERS, db)[0]["log_candidates"] == stopped["log_candidates"]
+    )
     assert set(evidence("q", pool, SINGERS, db, shape=True)[0]) == set(FEATURES)
     other = "select COUNT(*) from singer;"  # the same text but for case and the ';'
     mixed = [SINGERS, SINGERS.replace("*", "Singer_ID"), other, CONCERTS]

@@ -92,7 +92,8 @@ def evidence(
     string values are stored in the database; ``grounded_agree``: the share of the grounded
     candidates that agree with the answer; ``empty``, ``null``, ``one_row``: the answer's shape;
     ``same_sql``: the share of the agreeing candidates whose query text (case, white space and a
-    trailing ``;`` folded) is the answer's;
+    trailing ``;`` folded) is the answer's; ``log_candidates``: log of the number of candidates
+    drawn (empty ones too: a cascade that stopped drew 2, one that went on drew 8);
     with ``shape``, :func:`sql_shape`'s three too (the shipped models do not read them: rule 20
     found them no help, and they introspect the whole database).
     """
@@ -127,6 +128,7 @@ def evidence(
         "same_sql": sum(_normal(pool[i]) == _normal(sql) for i in agreeing) / len(agreeing)
         if agreeing
         else 0.0,
+        "log_candidates": math.log(max(1, len(candidates))),
         **(sql_shape(sql, db) if shape else {}),
     }
     readings = [
