@@ -33,6 +33,7 @@ from selection_replay import Judge
 from tqdm import tqdm
 
 from sqlweave.confidence import (
+    ALIGN_FEATURES,
     FEATURES,
     POOL_FEATURES,
     SHAPE_FEATURES,
@@ -68,6 +69,7 @@ FAILED = {
     "null": 0.0,
     "one_row": 0.0,
     "log_candidates": 0.0,
+    **dict.fromkeys(ALIGN_FEATURES, 0.0),
 }
 
 
@@ -132,12 +134,13 @@ def _xy(rows: Sequence[dict[str, Any]], kind: str) -> tuple[list[dict], list[boo
 
 #: The feature sets ``compare`` and ``fit`` take: C1 (rule 17's), C2 (rule 20: with the answer's
 #: shape), C4 (rule 30: with whether the agreeing candidates wrote the answer's text), C5 (rule
-#: 32: with how many candidates were drawn).
+#: 32: with how many candidates were drawn), C6 (rule 33: with how the query matches the question).
 FEATURE_SETS = {
     "pool": POOL_FEATURES,
     "shape": POOL_FEATURES + SHAPE_FEATURES,
     "text": POOL_FEATURES + TEXT_FEATURES,
     "size": POOL_FEATURES + SIZE_FEATURES,
+    "align": POOL_FEATURES + ALIGN_FEATURES,
 }
 
 
@@ -247,7 +250,7 @@ def brier(scores: Sequence[float], labels: Sequence[bool]) -> list[float]:
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
-    """Rules 20, 28, 30, 32: a candidate feature set (``--candidate``, C2 ``shape`` by default)
+    """Rules 20, 28, 30, 32, 33: a candidate feature set (``--candidate``, C2 ``shape`` by default)
     against C1 (:data:`POOL_FEATURES`), ``pool`` answers."""
     rows = list(read_records(args.rows))
     second = list(read_records(args.second))
@@ -318,10 +321,12 @@ def main() -> None:
     f.add_argument("--features", choices=sorted(FEATURE_SETS), default="pool")
     f.add_argument("--second", default="", help="spider-train-val's rows (rule 20's threshold)")
     f.set_defaults(func=cmd_fit)
-    m = sub.add_parser("compare", help="rules 20, 28, 30, 32: C1 against a candidate feature set")
+    m = sub.add_parser(
+        "compare", help="rules 20, 28, 30, 32, 33: C1 against a candidate feature set"
+    )
     m.add_argument("rows", help="the decision set's rows")
     m.add_argument("--second", required=True, help="spider-train-val's rows (the second check)")
-    m.add_argument("--candidate", choices=("shape", "text", "size"), default="shape")
+    m.add_argument("--candidate", choices=("shape", "text", "size", "align"), default="shape")
     m.add_argument("--rule", default="docs/decisions.md, rule 20", help="written in the report")
     m.add_argument("--out", default="rule20.json", help="its name under results/confidence/")
     m.set_defaults(func=cmd_compare)

@@ -50,9 +50,25 @@ TEXT_FEATURES = ("same_sql",)
 #: greedy queries (it stopped) is right far more often than a unanimous pool of eight drawn after
 #: they disagreed, and no other feature tells the two apart.
 SIZE_FEATURES = ("log_candidates",)
+#: How the answer's query matches the question's words (rule 33): the ``ranked`` selector's
+#: numbers (:func:`sqlweave.programs.stages.reranker.alignment`), read from the question and
+#: the SQL alone.
+ALIGN_FEATURES = (
+    "align_unparsed",
+    "align_has_literal",
+    "align_literal_exact",
+    "align_literal_case",
+    "align_literal_absent",
+    "align_number_absent",
+    "align_tables",
+    "align_tables_unnamed",
+    "align_projected_unnamed",
+    "align_filtered_unnamed",
+    "align_question_covered",
+)
 #: Every feature :func:`sqlweave.programs.stages.confidence.evidence` computes; a model reads
 #: those it has weights for.
-FEATURES = POOL_FEATURES + SHAPE_FEATURES + TEXT_FEATURES + SIZE_FEATURES
+FEATURES = POOL_FEATURES + SHAPE_FEATURES + TEXT_FEATURES + SIZE_FEATURES + ALIGN_FEATURES
 
 
 @dataclass(frozen=True)

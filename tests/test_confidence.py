@@ -10,6 +10,7 @@ import math
 import pytest
 
 from sqlweave.confidence import (
+    ALIGN_FEATURES,
     FEATURES,
     POOL_FEATURES,
     WEIGHTS_FILE,
@@ -42,7 +43,10 @@ def test_evidence_reads_how_the_pool_splits(db: Database) -> None:
     assert features["agree"] == pytest.approx(5 / 8) and features["ran"] == pytest.approx(7 / 8)
     assert features["margin"] == pytest.approx(3 / 8)
     assert features["empty"] == 0.0 and features["one_row"] == 1.0
-    assert set(features) == set(POOL_FEATURES) | {"same_sql", "log_candidates"}
+    assert set(features) == set(POOL_FEATURES) | {"same_sql", "log_candidates"} | set(
+        ALIGN_FEATURES
+    )
+    assert features["align_unparsed"] == 0.0 and features["align_tables"] == 1.0
     assert features["same_sql"] == 1.0  # the five agreeing candidates wrote the answer's text
     assert features["log_candidates"] == pytest.approx(math.log(8))
     # a cascade that stopped at its two greedy queries: unanimous as eight would be, but fewer
@@ -57,6 +61,22 @@ def test_evidence_reads_how_the_pool_splits(db: Database) -> None:
     assert evidence("q", mixed, SINGERS, db)[0]["same_sql"] == pytest.approx(2 / 3)
     assert readings[0].sql == SINGERS and readings[1].sql == CONCERTS
     assert readings[1].share == pytest.approx(2 / 8) and readings[1].rows == ((10,),)
+
+
+def test_the_alignment_features_are_the_rankers_own(db: Database) -> None:
+    """The core lists the names (it knows nothing of programs); the stage computes them: the two
+    must not drift apart, and a query that does not parse still gives every one."""
+    from sqlweave.programs.stages.reranker import alignment
+
+    assert set(alignment("How many singers?", SINGERS)) == set(ALIGN_FEATURES)
+    broken = evidence("How many singers?", ["SELECT FROM WHERE"], "SELECT FROM WHERE", db)[0]
+    assert broken["align_unparsed"] == 1.0 and set(ALIGN_FEATURES) <= set(broken)
+    # a value the question never wrote: the alignment sees it, the pool does not
+    named = "SELECT count(*) FROM singer WHERE Country = 'France'"
+    guessed = "SELECT count(*) FROM singer WHERE Country = 'Holland'"
+    q = "How many singers are from France?"
+    assert evidence(q, [named], named, db)[0]["align_literal_exact"] == 1.0
+    assert evidence(q, [guessed], guessed, db)[0]["align_literal_absent"] == 1.0
 
 
 def test_sql_shape_reads_the_answer_and_the_database_never_gold(db: Database) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlweave.confidence import (
+    ALIGN_FEATURES,
     SHAPE_FEATURES,
     Calibrator,
     packaged_calibrators,
@@ -93,14 +94,17 @@ def evidence(
     candidates that agree with the answer; ``empty``, ``null``, ``one_row``: the answer's shape;
     ``same_sql``: the share of the agreeing candidates whose query text (case, white space and a
     trailing ``;`` folded) is the answer's; ``log_candidates``: log of the number of candidates
-    drawn (empty ones too: a cascade that stopped drew 2, one that went on drew 8);
+    drawn (empty ones too: a cascade that stopped drew 2, one that went on drew 8); the
+    ``align_*`` numbers: how the answer's query matches the question's words
+    (:func:`~sqlweave.programs.stages.reranker.alignment`; an unparsable query sets
+    ``align_unparsed`` and leaves the others 0);
     with ``shape``, :func:`sql_shape`'s three too (the shipped models do not read them: rule 20
     found them no help, and they introspect the whole database).
     """
     from sqlweave.programs.stages.grounding import ValueLookup, is_grounded
+    from sqlweave.programs.stages.reranker import alignment
     from sqlweave.programs.stages.voting import execution_groups, ranked_groups
 
-    del question  # the features read the pool and the database, not the wording (yet)
     pool = [c for c in candidates if c] or [sql]
     groups, _ = execution_groups(pool, db, timeout_s=timeout_s)
     answer = db.try_execute(sql, timeout_s=timeout_s)
@@ -129,6 +133,8 @@ def evidence(
         if agreeing
         else 0.0,
         "log_candidates": math.log(max(1, len(candidates))),
+        **dict.fromkeys(ALIGN_FEATURES, 0.0),
+        **alignment(question, sql),
         **(sql_shape(sql, db) if shape else {}),
     }
     readings = [
