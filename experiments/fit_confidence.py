@@ -35,6 +35,7 @@ from tqdm import tqdm
 from sqlweave.confidence import (
     ALIGN_FEATURES,
     FEATURES,
+    LM_FEATURES,
     POOL_FEATURES,
     SHAPE_FEATURES,
     SIZE_FEATURES,
@@ -121,6 +122,48 @@ def cmd_rows(args: argparse.Namespace) -> None:
     print(f"wrote {out}")
 
 
+def cmd_likelihood(args: argparse.Namespace) -> None:
+    """Rule 34: each row's ``pool`` answer scored by a local model
+    (:func:`~sqlweave.programs.stages.confidence.likelihood`, ``lm_mean_logprob``), appended to
+    ``<rows>.likelihood.jsonl`` (resumable: a scored question is not scored again), then
+    written into the rows file's ``pool`` features. Rows are scored in their file's order, a
+    database's questions together, so its schema stays in the model's cache."""
+    import dspy
+
+    import sqlweave
+    from sqlweave.db import Database
+    from sqlweave.programs.stages.confidence import likelihood
+
+    rows_path = Path(args.rows)
+    side = rows_path.with_suffix(".likelihood.jsonl")
+    examples = {str(ex.question_id): ex for ex in load_slice(args.slice)}
+    rows = list(read_records(rows_path))
+    done = {r["question_id"]: r for r in read_records(side)} if side.exists() else {}
+    todo = [r for r in rows if r["question_id"] not in done]
+    if todo:
+        sqlweave.configure(args.model, n_threads=args.threads)
+        lm = dspy.settings.lm
+    databases: dict[str, Database] = {}
+    with side.open("a", encoding="utf-8") as handle:
+        for row in tqdm(todo, desc="likelihood", unit="q"):
+            example = examples[str(row["question_id"])]
+            if example.db_id not in databases:
+                for db in databases.values():
+                    db.close()
+                databases = {example.db_id: Database.open(example.db_path)}
+            sql = row.get("pool_sql") or ""
+            evidence = getattr(example, "evidence", "") or ""
+            value = likelihood(example.question, sql, databases[example.db_id], lm, evidence)
+            line = {"question_id": row["question_id"], "pool_sql": sql, "lm_mean_logprob": value}
+            handle.write(json.dumps(line) + "\n")
+            handle.flush()
+            done[row["question_id"]] = line
+    for row in rows:
+        row["pool"]["lm_mean_logprob"] = done[row["question_id"]]["lm_mean_logprob"]
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    print(f"wrote {rows_path} ({len(rows)} rows, {len(todo)} scored now)")
+
+
 # --- the figures ------------------------------------------------------------------------------
 
 
@@ -134,13 +177,15 @@ def _xy(rows: Sequence[dict[str, Any]], kind: str) -> tuple[list[dict], list[boo
 
 #: The feature sets ``compare`` and ``fit`` take: C1 (rule 17's), C2 (rule 20: with the answer's
 #: shape), C4 (rule 30: with whether the agreeing candidates wrote the answer's text), C5 (rule
-#: 32: with how many candidates were drawn), C6 (rule 33: with how the query matches the question).
+#: 32: with how many candidates were drawn), C6 (rule 33: with how the query matches the
+#: question), C7 (rule 34: with how probable the model finds the answer).
 FEATURE_SETS = {
     "pool": POOL_FEATURES,
     "shape": POOL_FEATURES + SHAPE_FEATURES,
     "text": POOL_FEATURES + TEXT_FEATURES,
     "size": POOL_FEATURES + SIZE_FEATURES,
     "align": POOL_FEATURES + ALIGN_FEATURES,
+    "lm": POOL_FEATURES + LM_FEATURES,
 }
 
 
@@ -250,7 +295,7 @@ def brier(scores: Sequence[float], labels: Sequence[bool]) -> list[float]:
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
-    """Rules 20, 28, 30, 32, 33: a candidate feature set (``--candidate``, C2 ``shape`` by default)
+    """Rules 20, 28, 30, 32, 33, 34: a candidate feature set (``--candidate``, C2 ``shape`` by default)
     against C1 (:data:`POOL_FEATURES`), ``pool`` answers."""
     rows = list(read_records(args.rows))
     second = list(read_records(args.second))
@@ -322,14 +367,20 @@ def main() -> None:
     f.add_argument("--second", default="", help="spider-train-val's rows (rule 20's threshold)")
     f.set_defaults(func=cmd_fit)
     m = sub.add_parser(
-        "compare", help="rules 20, 28, 30, 32, 33: C1 against a candidate feature set"
+        "compare", help="rules 20, 28, 30, 32, 33, 34: C1 against a candidate feature set"
     )
     m.add_argument("rows", help="the decision set's rows")
     m.add_argument("--second", required=True, help="spider-train-val's rows (the second check)")
-    m.add_argument("--candidate", choices=("shape", "text", "size", "align"), default="shape")
+    m.add_argument("--candidate", choices=("shape", "text", "size", "align", "lm"), default="shape")
     m.add_argument("--rule", default="docs/decisions.md, rule 20", help="written in the report")
     m.add_argument("--out", default="rule20.json", help="its name under results/confidence/")
     m.set_defaults(func=cmd_compare)
+    lk = sub.add_parser("likelihood", help="rule 34: score each row's answer with a local model")
+    lk.add_argument("rows")
+    lk.add_argument("--slice", required=True)
+    lk.add_argument("--model", default="local:qwen2.5-coder-1.5b")
+    lk.add_argument("--threads", type=int, default=2)
+    lk.set_defaults(func=cmd_likelihood)
     c = sub.add_parser("check")
     c.add_argument("rows", nargs="+")
     c.add_argument("--out", default="")

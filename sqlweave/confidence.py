@@ -66,6 +66,10 @@ ALIGN_FEATURES = (
     "align_filtered_unnamed",
     "align_question_covered",
 )
+#: How probable the model finds its own answer (rule 34), from a local model only
+#: (:func:`sqlweave.programs.stages.confidence.likelihood`); not part of :data:`FEATURES`,
+#: which the pool alone gives.
+LM_FEATURES = ("lm_mean_logprob",)
 #: Every feature :func:`sqlweave.programs.stages.confidence.evidence` computes; a model reads
 #: those it has weights for.
 FEATURES = POOL_FEATURES + SHAPE_FEATURES + TEXT_FEATURES + SIZE_FEATURES + ALIGN_FEATURES

@@ -277,3 +277,52 @@ def test_a_compile_with_enough_validation_refits_and_the_artefact_uses_it(spider
     path = compiled.save(tmp_path / "fast.json")
     loaded = sqlweave.load(path)
     assert loaded.meta.extra["confidence"] == params
+
+
+@pytest.mark.parametrize("name", ["direct", "dubo_v1"])
+def test_a_prompts_messages_are_what_its_call_sends(db: Database, name: str) -> None:
+    """Rule 34 scores an answer against the prompt a generator sends: rebuilt without a call,
+    it must be the very messages a call hands the LM (here a DummyLM that records them)."""
+    import dspy
+    from dspy.utils import DummyLM
+
+    from sqlweave.programs.stages.generators import build
+
+    generator = build(name)
+    question = "How many singers are from France?"
+    lm = DummyLM([{"sql": SINGERS}])
+    with dspy.context(lm=lm):
+        generator(question=question, db=db)
+    sent = lm.history[-1]["messages"]
+    assert generator.prompt(question=question, db=db).messages() == sent
+    assert "singer" in sent[-1]["content"] and question in sent[-1]["content"]
+
+
+def test_likelihood_needs_an_answer_and_a_local_model(db: Database) -> None:
+    from dspy.utils import DummyLM
+
+    from sqlweave.lm import LMSpecError
+    from sqlweave.programs.stages.confidence import NO_SQL_LOGPROB, likelihood
+
+    assert likelihood("How many singers?", "  ", db, None) == NO_SQL_LOGPROB  # nothing to score
+    with pytest.raises(LMSpecError, match="local model"):
+        likelihood("How many singers?", SINGERS, db, DummyLM([{"sql": SINGERS}]))
+
+
+@pytest.mark.lm
+def test_a_local_model_finds_the_right_count_likelier_than_a_wrong_table(db: Database) -> None:
+    """The real small model scores answers to one question: a finite per-token mean, higher for
+    the query the question asks for than for one that counts another table."""
+    from conftest import need_llama_cpp
+
+    from sqlweave import lm as sqlweave_lm
+    from sqlweave.lm import build_lm
+    from sqlweave.programs.stages.confidence import likelihood
+
+    need_llama_cpp()
+    lm = build_lm(sqlweave_lm.SMALL_MODEL, max_tokens=8)
+    question = "How many singers do we have?"
+    right = likelihood(question, SINGERS, db, lm)
+    wrong = likelihood(question, CONCERTS, db, lm)
+    assert math.isfinite(right) and right < 0
+    assert right > wrong

@@ -202,6 +202,29 @@ def assess(
     return Assessment(confidence, confidence < cut, features, alternatives)
 
 
+#: The likelihood given to an answer with no SQL (rule 34): below any answer scored there.
+NO_SQL_LOGPROB = -5.0
+
+
+def likelihood(question: str, sql: str, db: Database, lm: Any, evidence: str = "") -> float:
+    """How probable ``lm`` finds ``sql`` as its reply to the question: the mean natural-log
+    probability per token of ``sql`` after the prompt ``direct``'s generator sends
+    (:meth:`~sqlweave.programs.stages.generators.Prompt.messages`), ``lm_mean_logprob`` of
+    docs/decisions.md, rule 34. A model's own doubt about its answer differs between answers
+    whose candidate pools look the same (two greedy queries that agreed).
+
+    Needs a local model (:func:`sqlweave.lm.scoring.score_answer` refuses a served one with a
+    clear error). The prompt starts with the schema, so questions on one database share the
+    model's cached prefix: ~1 s an answer on this CPU once it is cached."""
+    from sqlweave.lm.scoring import score_answer
+    from sqlweave.programs.stages.generators import build
+
+    if not sql.strip():
+        return NO_SQL_LOGPROB
+    messages = build("direct").prompt(question=question, db=db, evidence=evidence).messages()
+    return score_answer(lm, messages, sql).mean
+
+
 def record_confidence(question: str, candidates: Sequence[str], sql: str, db: Database) -> float:
     """The confidence an evaluation record keeps (4 decimals); what :func:`sqlweave.evaluate.
     evaluate` calls as its ``judge``."""

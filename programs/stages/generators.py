@@ -69,6 +69,18 @@ class Prompt:
     schema: str
     demos: list[Any] = field(default_factory=list)
 
+    def messages(self) -> list[dict[str, str]]:
+        """The chat messages the predictor's call sends for these inputs, built without a
+        call: its compiled demos and these, formatted by the adapter its call would use. What
+        a likelihood of an answer to this prompt is scored against
+        (:func:`~sqlweave.programs.stages.confidence.likelihood`)."""
+        from sqlweave.adapter import use_default_adapter
+
+        inputs = dict(self.inputs)
+        demos = [*self.predictor.demos, *inputs.pop("demos", [])]
+        with use_default_adapter(self.predictor.layout, self.predictor.prefill):
+            return dspy.settings.adapter.format(self.predictor.signature, demos, inputs)
+
 
 class PromptGenerator(dspy.Module):
     """A generator stage: a question's prompt (:meth:`prompt`) and one SQL-writing predictor.
