@@ -131,6 +131,15 @@ def _confidence(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _low(result: Any) -> bool | None:
+    """The program's own verdict that its confidence is under the shipped threshold (what
+    ``sqlweave ask`` marks "not sure"); null where it gives no confidence."""
+    if _confidence(result.get("confidence")) is None:
+        return None
+    low = result.get("low_confidence")
+    return low if isinstance(low, bool) else None
+
+
 def _alternative(alt: Any, limit: int) -> dict[str, Any]:
     alt = alt if isinstance(alt, Mapping) else {"sql": str(alt)}
     rows, cut = _rows(alt.get("rows"), limit)
@@ -150,8 +159,9 @@ def _error_json(error: Any) -> dict[str, str]:
 
 
 def answer_json(result: Any, db: str, seconds: float, max_rows: int) -> dict[str, Any]:
-    """The ``POST /ask`` body for a :class:`~sqlweave.api.Result`. ``confidence`` and
-    ``alternatives`` are the program's own (null and [] where it gives none)."""
+    """The ``POST /ask`` body for a :class:`~sqlweave.api.Result`. ``confidence``,
+    ``low_confidence`` and ``alternatives`` are the program's own (null, null and [] where it
+    gives none)."""
     error = result.get("error")
     rows, cut = _rows(result.get("rows"), max_rows)
     alternatives = result.get("alternatives") or []
@@ -162,6 +172,7 @@ def answer_json(result: Any, db: str, seconds: float, max_rows: int) -> dict[str
         "truncated": bool(result.get("truncated")) or cut,
         "error": None if error is None else _error_json(error),
         "confidence": _confidence(result.get("confidence")),
+        "low_confidence": _low(result),
         "alternatives": [_alternative(a, max_rows) for a in alternatives],
         "timing": {"seconds": round(seconds, 4)},
         "db": db,

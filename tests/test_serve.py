@@ -83,6 +83,8 @@ def test_ask_answers_with_sql_and_rows(client: TestClient) -> None:
     # The program gives no confidence and no alternatives (yet): null and [], not made up here.
     # every candidate agrees: a confident answer with no other reading to show
     assert 0.5 < body["confidence"] <= 1.0 and body["alternatives"] == []
+    # the program's own verdict against the shipped threshold, as `ask` prints it
+    assert isinstance(body["low_confidence"], bool)
     assert body["db"] == "concert_singer"
     assert isinstance(body["timing"]["seconds"], float) and body["timing"]["seconds"] >= 0
     assert response.headers["content-type"].startswith("application/json")
@@ -218,6 +220,7 @@ class Confident(CompiledProgram):
     def forward(self, question: str, db: Any = None, **kwargs: Any) -> Any:
         result = super().forward(question, db=db, **kwargs)
         result["confidence"] = 0.42
+        result["low_confidence"] = True
         result["alternatives"] = [
             {
                 "sql": "SELECT count(*) FROM concert",
@@ -233,7 +236,7 @@ class Confident(CompiledProgram):
 def test_confidence_and_alternatives_pass_through_as_json() -> None:
     with _client(_app(program=Confident(get("direct")))) as c:
         body = c.post("/ask", json={"question": "How many singers?"}).json()
-    assert body["confidence"] == 0.42
+    assert body["confidence"] == 0.42 and body["low_confidence"] is True
     first, second = body["alternatives"]
     assert first == {
         "sql": "SELECT count(*) FROM concert",
@@ -475,3 +478,16 @@ def test_twenty_concurrent_questions_to_a_served_model(
         if status != 200 or body.get("error") is not None or rows != gold[question]:
             wrong.append((question, status, body.get("sql"), body.get("error"), rows))
     assert not wrong, f"{len(wrong)} of 20 wrong in {seconds:.0f}s: {wrong[:3]}"
+
+
+@pytest.mark.parametrize(
+    ("confidence", "low", "expected"),
+    [(0.42, True, True), (0.97, False, False), (None, True, None), (0.42, "yes", None)],
+)
+def test_low_confidence_is_the_programs_own_verdict(confidence, low, expected) -> None:
+    """The page's "not sure" badge and `ask`'s mark read the same flag; the server never makes
+    one up (no confidence, or a flag that is not a bool: null)."""
+    from sqlweave.serve import answer_json
+
+    result = {"sql": "SELECT 1", "confidence": confidence, "low_confidence": low}
+    assert answer_json(result, "db", 0.1, 10)["low_confidence"] is expected
