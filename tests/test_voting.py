@@ -382,15 +382,3 @@ def test_the_sampler_tells_its_batch_which_rollout_comes_next(db, monkeypatch) -
     monkeypatch.setattr(Sampler, "_rollout", rollout)
     Sampler(dspy.Predict("question -> sql"), n=4, temperature=0.7)(db=db, question="q")
     assert seen == [0, 1, 2, 3]
-
-
-def test_the_sampler_moved_to_its_own_module_and_the_old_import_still_works() -> None:
-    """Drawing candidates left voting.py for sampling.py (issue 61); code written against the
-    old place keeps working, with a DeprecationWarning that names the new one."""
-    from sqlweave.programs.stages import sampling, voting
-
-    with pytest.warns(DeprecationWarning, match="stages.sampling.Sampler"):
-        from sqlweave.programs.stages.voting import Sampler
-    assert Sampler is sampling.Sampler
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        voting.nope  # noqa: B018

@@ -381,34 +381,3 @@ class FirstSelector(dspy.Module):
             raise ValueError("a selector needs at least one candidate")
         index = next((i for i, sql in enumerate(candidates) if sql.strip()), 0)
         return dspy.Prediction(sql=candidates[index], choice=index + 1, lm_called=False)
-
-
-#: Names that moved to :mod:`sqlweave.programs.stages.sampling` when drawing candidates and
-#: voting on them became two modules; importing them from here still works, with a warning.
-_MOVED_TO_SAMPLING = frozenset(
-    {
-        "Sampler",
-        "SelfConsistency",
-        "sample_lm",
-        "sampled_origins",
-        "origin_generator",
-        "origin_is_greedy",
-        "settle_for",
-    }
-)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED_TO_SAMPLING:
-        import warnings
-
-        from sqlweave.programs.stages import sampling
-
-        warnings.warn(
-            f"sqlweave.programs.stages.voting.{name} moved to "
-            f"sqlweave.programs.stages.sampling.{name}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(sampling, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
