@@ -243,17 +243,32 @@ def kept_provenance(provenance: dict[str, Any], kind: str) -> dict[str, Any]:
     }
 
 
+def decision_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The rows a rule fits on: ``args.rows`` and, with ``--extra``, more rows after them (rule
+    35: the 600 questions after the decision set); folds are drawn over them all."""
+    rows = list(read_records(args.rows))
+    for path in getattr(args, "extra", None) or []:
+        rows += list(read_records(path))
+    ids = [r["question_id"] for r in rows]
+    if len(set(ids)) != len(ids):
+        raise SystemExit("--extra repeats questions of the rows it is added to")
+    return rows
+
+
 def cmd_fit(args: argparse.Namespace) -> None:
     """Fit ``--refit`` kinds on the rows; a kind not refitted keeps the shipped model and its
     provenance (rule 17a: a new design refits the ``pool`` model only). ``--features``: the
     ``pool`` model's feature set (rule 20); ``--second``: spider-train-val's rows, which the
-    threshold must also hold on (rule 20; rule 17 chose it on the decision set alone)."""
-    rows = list(read_records(args.rows))
+    threshold must also hold on (rule 20; rule 17 chose it on the decision set alone);
+    ``--extra``: more rows fitted on (rule 35)."""
+    rows = decision_rows(args)
     refit = [k for k in ("pool", "single") if k in args.refit.split(",")]
     if "pool" not in refit:
         raise SystemExit("--refit must include pool: the threshold is chosen on its answers")
     shipped = json.loads(WEIGHTS_FILE.read_text(encoding="utf-8"))
     report: dict[str, Any] = {"fitted_on": Path(args.rows).name, "n": len(rows)}
+    if args.extra:
+        report["extra_rows"] = [Path(path).name for path in args.extra]
     models = dict(shipped["models"])
     curves = {}
     for kind in refit:
@@ -296,8 +311,9 @@ def brier(scores: Sequence[float], labels: Sequence[bool]) -> list[float]:
 
 def cmd_compare(args: argparse.Namespace) -> None:
     """Rules 20, 28, 30, 32, 33, 34: a candidate feature set (``--candidate``, C2 ``shape`` by default)
-    against C1 (:data:`POOL_FEATURES`), ``pool`` answers."""
-    rows = list(read_records(args.rows))
+    against C1 (:data:`POOL_FEATURES`), ``pool`` answers; ``--extra`` rows join the decision
+    set's, ``--level`` is the interval's (rule 35: 0.975 for a second look)."""
+    rows = decision_rows(args)
     second = list(read_records(args.second))
     labels, dbs = _xy(rows, "pool")[1], [r["db_id"] for r in rows]
     sets = {"pool": FEATURE_SETS["pool"], args.candidate: FEATURE_SETS[args.candidate]}
@@ -309,13 +325,16 @@ def cmd_compare(args: argparse.Namespace) -> None:
     on_second = {name: [m.probability(f) for f in feats2] for name, m in full.items()}
     c2 = args.candidate
     diff = [b - a for a, b in zip(brier(oof["pool"], labels), brier(oof[c2], labels), strict=True)]
-    mean, low, high = cluster_bootstrap(diff, dbs)
+    mean, low, high = cluster_bootstrap(diff, dbs, level=args.level)
     second_brier = {k: float(np.mean(brier(v, labels2))) for k, v in on_second.items()}
     adopted = high < 0 and second_brier[c2] <= second_brier["pool"]
     report: dict[str, Any] = {
         "rule": args.rule,
         "candidate": c2,
         "decision_set": Path(args.rows).name,
+        "extra_rows": [Path(path).name for path in args.extra or []],
+        "n": len(rows),
+        "level": args.level,
         "second_check": Path(args.second).name,
         "brier_out_of_fold": {
             k: round(float(np.mean(brier(v, labels))), 4) for k, v in oof.items()
@@ -365,6 +384,7 @@ def main() -> None:
     f.add_argument("--refit", default="pool,single", help="the models refitted (others kept)")
     f.add_argument("--features", choices=sorted(FEATURE_SETS), default="pool")
     f.add_argument("--second", default="", help="spider-train-val's rows (rule 20's threshold)")
+    f.add_argument("--extra", nargs="*", default=[], help="more rows fitted on (rule 35)")
     f.set_defaults(func=cmd_fit)
     m = sub.add_parser(
         "compare", help="rules 20, 28, 30, 32, 33, 34: C1 against a candidate feature set"
@@ -374,6 +394,8 @@ def main() -> None:
     m.add_argument("--candidate", choices=("shape", "text", "size", "align", "lm"), default="shape")
     m.add_argument("--rule", default="docs/decisions.md, rule 20", help="written in the report")
     m.add_argument("--out", default="rule20.json", help="its name under results/confidence/")
+    m.add_argument("--extra", nargs="*", default=[], help="more rows (rule 35)")
+    m.add_argument("--level", type=float, default=0.95, help="the interval's level")
     m.set_defaults(func=cmd_compare)
     lk = sub.add_parser("likelihood", help="rule 34: score each row's answer with a local model")
     lk.add_argument("rows")
