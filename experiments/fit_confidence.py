@@ -158,6 +158,8 @@ def cmd_likelihood(args: argparse.Namespace) -> None:
             handle.write(json.dumps(line) + "\n")
             handle.flush()
             done[row["question_id"]] = line
+    for db in databases.values():
+        db.close()
     for row in rows:
         row["pool"]["lm_mean_logprob"] = done[row["question_id"]]["lm_mean_logprob"]
     rows_path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
