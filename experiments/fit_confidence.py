@@ -143,22 +143,22 @@ def cmd_likelihood(args: argparse.Namespace) -> None:
     if todo:
         sqlweave.configure(args.model, n_threads=args.threads)
         lm = dspy.settings.lm
-    databases: dict[str, Database] = {}
+    db: Database | None = None  # the open database: a database's rows come together
     with side.open("a", encoding="utf-8") as handle:
         for row in tqdm(todo, desc="likelihood", unit="q"):
             example = examples[str(row["question_id"])]
-            if example.db_id not in databases:
-                for db in databases.values():
+            if db is None or db.name != example.db_id:
+                if db is not None:
                     db.close()
-                databases = {example.db_id: Database.open(example.db_path)}
+                db = Database.open(example.db_path)
             sql = row.get("pool_sql") or ""
             evidence = getattr(example, "evidence", "") or ""
-            value = likelihood(example.question, sql, databases[example.db_id], lm, evidence)
+            value = likelihood(example.question, sql, db, lm, evidence)
             line = {"question_id": row["question_id"], "pool_sql": sql, "lm_mean_logprob": value}
             handle.write(json.dumps(line) + "\n")
             handle.flush()
             done[row["question_id"]] = line
-    for db in databases.values():
+    if db is not None:
         db.close()
     for row in rows:
         row["pool"]["lm_mean_logprob"] = done[row["question_id"]]["lm_mean_logprob"]
@@ -249,7 +249,7 @@ def decision_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The rows a rule fits on: ``args.rows`` and, with ``--extra``, more rows after them (rule
     35: the 600 questions after the decision set); folds are drawn over them all."""
     rows = list(read_records(args.rows))
-    for path in getattr(args, "extra", None) or []:
+    for path in args.extra:
         rows += list(read_records(path))
     ids = [r["question_id"] for r in rows]
     if len(set(ids)) != len(ids):
