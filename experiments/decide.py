@@ -30,7 +30,7 @@ import gzip
 import json
 import random
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -554,33 +554,48 @@ def cmd_mix(args: argparse.Namespace) -> None:
     _write_pool(args.name, rows, args.slice)
 
 
-def greedy_weighted(
-    record: dict[str, Any], example: Any, greedy_weights: Sequence[float]
-) -> list[bool]:
-    """Rule 22: for each of ``greedy_weights``, whether rule 16's selection (repair
-    ``fallback``, ``grounded``, ``rules_intersect``) is right on ``record``'s pool when each
-    prompt's greedy candidate weighs that much in the grounded vote (1 reproduces the table's
-    verdict). The database is opened and the pool scoped once for all weights."""
+def weighted_replay(
+    record: dict[str, Any], example: Any, weightings: Sequence[Callable[[str], float]]
+) -> list[tuple[bool, str]]:
+    """For each of ``weightings`` (a candidate's origin → its weight in the grounded vote),
+    whether rule 16's selection (repair ``fallback``, ``grounded``, ``rules_intersect``) is right
+    on ``record``'s pool, and the answer it gives (``""`` when no candidate is left). The
+    database is opened and the pool scoped once for all weightings."""
     judge = Judge(example)
     try:
         cands = scoped(record["candidates"], "fallback", judge)
         if not cands:
-            return [False] * len(greedy_weights)
+            return [(False, "")] * len(weightings)
         sqls = [c["sql"] for c in cands]
-        greedy = [":greedy" in str(c.get("origin") or "") for c in cands]
+        origins = [str(c.get("origin") or "") for c in cands]
         out = []
-        for weight in greedy_weights:
+        for weight_of in weightings:
             chosen = GroundedSelector()(
                 candidates=sqls,
                 db=judge.db,
                 question=example.question,
-                weights=[weight if g else 1.0 for g in greedy],
+                weights=[weight_of(o) for o in origins],
             ).sql
             fixed = corrected(judge, chosen, example.question, CORRECTORS["rules_intersect"])
-            out.append(bool(judge.correct(fixed)))
+            out.append((bool(judge.correct(fixed)), fixed))
         return out
     finally:
         judge.db.close()
+
+
+def greedy_weighted(
+    record: dict[str, Any], example: Any, greedy_weights: Sequence[float]
+) -> list[bool]:
+    """Rule 22: for each of ``greedy_weights``, whether rule 16's selection is right on
+    ``record``'s pool when each prompt's greedy candidate weighs that much in the grounded vote
+    (1 reproduces the table's verdict)."""
+
+    def by_greedy(weight: float) -> Callable[[str], float]:
+        return lambda origin: weight if ":greedy" in origin else 1.0
+
+    return [
+        ok for ok, _ in weighted_replay(record, example, [by_greedy(w) for w in greedy_weights])
+    ]
 
 
 def cmd_greedy(args: argparse.Namespace) -> None:
@@ -603,6 +618,74 @@ def cmd_greedy(args: argparse.Namespace) -> None:
         "reproduced": round(100 * same, 1),
         "weight": args.weight,
         "against": _line(f"greedy weight {args.weight:g}", heavy, one, "greedy weight 1 (M)"),
+    }
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.out}")
+
+
+def generator_weights(spec: str) -> Callable[[str], float]:
+    """``"dubo_v1=2"`` → a candidate's weight from its origin's generator (others 1), as
+    ``ensemble``'s ``weights`` switch gives it (:func:`programs.ensemble.parse_weights`)."""
+    table = {k.strip(): float(v) for k, _, v in (p.partition("=") for p in spec.split(",") if p)}
+    return lambda origin: table.get(origin.split(":")[0], 1.0)
+
+
+def cmd_weights(args: argparse.Namespace) -> None:
+    """Rule 36 on one set of recorded pools: the replay with every weight 1 checked against the
+    recorded verdicts (a table replayed with rule 16's design, or the records' own), then
+    ``--weights`` against weight 1; ``--write`` keeps the weighted answers as a records file
+    (``pred_sql`` and ``correct`` replaced; a read, or ``fit_confidence.py rows``, reads it)."""
+    examples = {str(ex.question_id): ex for ex in load_slice(args.slice)}
+    records = list(read_records(args.records))
+    if args.table:
+        recorded = design_verdicts(read_records(args.table), "fallback|grounded|rules_intersect")
+    else:
+        recorded = {str(r["question_id"]): bool(r.get("correct")) for r in records}
+    records = [r for r in records if str(r["question_id"]) in recorded]
+    one: dict[str, bool] = {}
+    heavy: dict[str, bool] = {}
+    weighted = generator_weights(args.weights)
+    kept = []
+    for record in tqdm(records, desc=f"weights {args.weights}", unit="q"):
+        qid = str(record["question_id"])
+        (one[qid], _), (heavy[qid], sql) = weighted_replay(
+            record, examples[qid], [lambda _origin: 1.0, weighted]
+        )
+        kept.append({**record, "pred_sql": sql, "correct": heavy[qid]})
+    same = sum(one[q] == recorded[q] for q in one) / len(one)
+    print(f"weight 1 reproduces the recorded verdicts on {100 * same:.1f}% of {len(one)}")
+    out = {
+        "slice": args.slice,
+        "records": Path(args.records).name,
+        "reproduced": round(100 * same, 1),
+        "weights": args.weights,
+        "against": _line(f"weights {args.weights}", heavy, one, "weight 1 (Cg)"),
+        "verdicts": {q: [one[q], heavy[q]] for q in one},  # [weight 1, weighted]
+    }
+    if args.write:
+        with gzip.open(args.write, "wt", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(r) + "\n" for r in kept)
+        print(f"wrote {args.write}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.out}")
+
+
+def cmd_pooled(args: argparse.Namespace) -> None:
+    """Rule 36's comparison over several sets at once: the ``weights`` outputs' per-question
+    verdicts pooled (question ids must not repeat across them)."""
+    one: dict[str, bool] = {}
+    heavy: dict[str, bool] = {}
+    for path in args.outputs:
+        verdicts = json.loads(Path(path).read_text(encoding="utf-8"))["verdicts"]
+        if set(verdicts) & set(one):
+            raise SystemExit(f"{path} repeats questions of an earlier output")
+        for qid, (a, b) in verdicts.items():
+            one[qid], heavy[qid] = a, b
+    out = {
+        "outputs": [Path(p).name for p in args.outputs],
+        "against": _line(f"weighted ({len(one)} questions)", heavy, one, "weight 1 (Cg)"),
     }
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
@@ -690,6 +773,18 @@ def main() -> None:
     g.add_argument("--weight", type=float, default=2.0)
     g.add_argument("--out", default="")
     g.set_defaults(func=cmd_greedy)
+    w = sub.add_parser("weights", help="rule 36: per-generator weights in the vote")
+    w.add_argument("records", help="recorded pools (.jsonl or .jsonl.gz)")
+    w.add_argument("--table", default="", help="the verdicts to reproduce (else the records')")
+    w.add_argument("--slice", required=True)
+    w.add_argument("--weights", default="dubo_v1=2")
+    w.add_argument("--write", default="", help="the weighted answers, a .jsonl.gz records file")
+    w.add_argument("--out", default="")
+    w.set_defaults(func=cmd_weights)
+    pl = sub.add_parser("pooled", help="rule 36: weights outputs pooled into one comparison")
+    pl.add_argument("outputs", nargs="+")
+    pl.add_argument("--out", default="")
+    pl.set_defaults(func=cmd_pooled)
     d = sub.add_parser("read", help="one design's figures on a table, beside recorded runs")
     d.add_argument("table")
     d.add_argument("--design", required=True, help="scope|selector|corrector")
