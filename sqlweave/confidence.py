@@ -101,6 +101,12 @@ def _packaged() -> dict[str, Any]:
     return json.loads(WEIGHTS_FILE.read_text(encoding="utf-8"))
 
 
+def packaged_card() -> dict[str, Any]:
+    """The shipped file as stored: its models, threshold and provenance (where each model was
+    fitted, on how many answers, its out-of-fold figures); ``inspect`` prints it."""
+    return json.loads(json.dumps(_packaged()))
+
+
 def packaged_calibrators() -> dict[str, Calibrator]:
     """The shipped models: ``{"pool": ..., "single": ...}``."""
     return {k: Calibrator.from_dict(v) for k, v in _packaged()["models"].items()}

@@ -107,6 +107,27 @@ def test_an_artefact_records_its_preset_and_inspect_shows_it(tmp_path: Path, spi
     assert shown.exit_code == 0 and "started from preset 'fast'" in shown.output
 
 
+def test_inspect_shows_where_the_confidence_comes_from(tmp_path: Path, spider_root: Path):
+    """The shipped model's weights and threshold as the package stores them, and the compile's
+    own refit when it made one."""
+    from sqlweave.confidence import packaged_card
+
+    card = packaged_card()
+    train = load_spider("train", root=spider_root)[:4]
+    with dspy.context(lm=DummyLM([])):
+        compiled = sqlweave.compile(
+            None, train, train[:1], preset="fast", optimizer="labeled", max_demos=1, progress=False
+        )
+    plain = runner.invoke(app, ["inspect", str(compiled.save(tmp_path / "plain.json"))]).output
+    agree = card["models"]["pool"]["weights"]["agree"]
+    assert f"agree {agree:+.2f}" in plain
+    assert f"'not sure' below {card['threshold']:.3f}" in plain
+    assert "this compile did not refit it" in plain
+    compiled.meta.extra["confidence"] = {"a": 0.8, "b": -0.25, "n": 40.0}
+    refit = runner.invoke(app, ["inspect", str(compiled.save(tmp_path / "refit.json"))]).output
+    assert "refitted it on 40 validation answers (Platt: a 0.80, b -0.25)" in refit
+
+
 @pytest.mark.lm
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_each_preset_answers_with_the_real_local_model(name: str, db_file: Path) -> None:

@@ -157,20 +157,69 @@ def summary_lines(program: Any, meta: Any, payload: dict[str, Any]) -> list[str]
 
 
 def preset_lines(meta: Any) -> list[str]:
-    """The preset the compile started from (its switches as the preset defines them today),
-    and the confidence refitted on its validation answers."""
-    lines = []
+    """The preset the compile started from (its switches as the preset defines them today)."""
     name = meta.extra.get("preset")
-    if name:
-        from sqlweave.programs.presets import PRESETS
+    if not name:
+        return []
+    from sqlweave.programs.presets import PRESETS
 
-        known = PRESETS.get(name)
-        lines.append(f"started from preset {name!r}" + (f": {known.describe()}" if known else ""))
+    known = PRESETS.get(name)
+    return [f"started from preset {name!r}" + (f": {known.describe()}" if known else "")]
+
+
+def _figures(label: str, figures: Any) -> str:
+    if not isinstance(figures, dict):
+        return f"  {label}"
+    return (
+        f"  {label}: fitted on {figures.get('n', '?'):,} train-side answers; out of fold AUROC "
+        f"{figures.get('auroc', float('nan')):.3f}, calibration error "
+        f"{figures.get('ece', float('nan')):.3f}"
+    )
+
+
+def _weights(model: Any) -> str:
+    terms = [f"{k} {v:+.2f}" for k, v in (model.get("weights") or {}).items()]
+    return "    " + ", ".join(terms) + f" (bias {model.get('bias', 0.0):+.2f})"
+
+
+def confidence_lines(meta: Any) -> list[str]:
+    """Where each answer's confidence comes from: the shipped logistic models (their weights and
+    train-side figures), the threshold under which ``ask`` says "not sure", and the Platt
+    refit this compile made on its own validation answers, if any."""
+    from sqlweave.confidence import WEIGHTS_FILE, packaged_card
+
+    card = packaged_card()
+    models = card.get("models") or {}
+    prov = card.get("provenance") or {}
+    lines = [f"shipped with sqlweave ({WEIGHTS_FILE.name}), a logistic model of the pool:"]
+    if "pool" in models:
+        lines.append(_figures("several candidates (pool)", prov.get("pool_out_of_fold")))
+        lines.append(_weights(models["pool"]))
+    if "single" in models:
+        single = (prov.get("single_kept") or {}).get("single_out_of_fold")
+        lines.append(_figures("one candidate (single)", single))
+        lines.append(_weights(models["single"]))
+    threshold = float(card.get("threshold", 1.0))
+    above = prov.get("pool_out_of_fold") or {}
+    line = f"  'not sure' below {threshold:.3f}"
+    if above.get("coverage_above") is not None and above.get("precision_above") is not None:
+        line += (
+            f": {above['coverage_above']:.1f} % of train-side answers above it, "
+            f"{above['precision_above']:.1f} % of those right"
+        )
+    lines.append(line)
     refit = meta.extra.get("confidence")
     if refit:
         lines.append(
-            f"confidence refitted on {int(refit['n'])} validation answers "
+            f"  this compile refitted it on {int(refit['n'])} validation answers "
             f"(Platt: a {refit['a']:.2f}, b {refit['b']:+.2f})"
+        )
+    else:
+        from sqlweave.confidence import MIN_REFIT
+
+        lines.append(
+            f"  this compile did not refit it (that takes {MIN_REFIT} validation answers, "
+            "right and wrong ones)"
         )
     return lines
 

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from sqlweave.cli.common import fail
-from sqlweave.cli.describe import search_lines, summary_lines
+from sqlweave.cli.describe import confidence_lines, search_lines, summary_lines
 from sqlweave.cli.root import app
 
 
@@ -23,7 +23,9 @@ def inspect(
     ] = False,
 ) -> None:
     """What compiling changed (switches, demos, instructions: before -> after), then the
-    switch search and each predictor's instructions and demos. --json: the raw provenance."""
+    switch search, where the answers' confidence comes from (the shipped model's weights and
+    threshold, the compile's refit), and each predictor's instructions and demos. --json: the
+    raw provenance."""
     from sqlweave.optimizers import ArtifactError, load_program, read_artifact
 
     try:
@@ -47,6 +49,9 @@ def inspect(
         typer.secho("\nswitch search", bold=True)
         for line in search_lines(search):
             typer.echo(line)
+    typer.secho("\nconfidence", bold=True)
+    for line in confidence_lines(meta):
+        typer.echo(line)
     for pname, predictor in program.named_predictors():
         typer.secho(f"\n[{pname}]", bold=True)
         typer.echo(f"instructions: {predictor.signature.instructions}")
