@@ -44,6 +44,7 @@ from sqlweave.data import load_slice
 from sqlweave.evaluate import read_records
 from sqlweave.programs.stages.grounding import GroundedSelector, ValueLookup, is_grounded
 from sqlweave.programs.stages.reranker import class_features, score
+from sqlweave.programs.stages.sampling import origin_generator
 from sqlweave.programs.stages.voting import ExecutionGroup, execution_groups, ranked_groups
 from sqlweave.stats import bootstrap_ci, paired
 
@@ -624,11 +625,14 @@ def cmd_greedy(args: argparse.Namespace) -> None:
         print(f"wrote {args.out}")
 
 
-def generator_weights(spec: str) -> Callable[[str], float]:
-    """``"dubo_v1=2"`` → a candidate's weight from its origin's generator (others 1), as
-    ``ensemble``'s ``weights`` switch gives it (:func:`programs.ensemble.parse_weights`)."""
-    table = {k.strip(): float(v) for k, _, v in (p.partition("=") for p in spec.split(",") if p)}
-    return lambda origin: table.get(origin.split(":")[0], 1.0)
+def generator_weights(spec: str, names: Sequence[str]) -> Callable[[str], float]:
+    """``"dubo_v1=2"`` → a candidate's weight from its origin's generator (others 1), parsed as
+    ``ensemble``'s ``weights`` switch parses it (:func:`~sqlweave.programs.ensemble.parse_weights`;
+    ``names``: the generators the pools hold)."""
+    from sqlweave.programs.ensemble import parse_weights
+
+    table = parse_weights(spec, list(names))
+    return lambda origin: table.get(origin_generator(origin), 1.0)
 
 
 def cmd_weights(args: argparse.Namespace) -> None:
@@ -645,7 +649,10 @@ def cmd_weights(args: argparse.Namespace) -> None:
     records = [r for r in records if str(r["question_id"]) in recorded]
     one: dict[str, bool] = {}
     heavy: dict[str, bool] = {}
-    weighted = generator_weights(args.weights)
+    names = sorted(
+        {origin_generator(c.get("origin") or "") for r in records for c in r["candidates"]}
+    )
+    weighted = generator_weights(args.weights, names)
     kept = []
     for record in tqdm(records, desc=f"weights {args.weights}", unit="q"):
         qid = str(record["question_id"])
