@@ -242,7 +242,7 @@ def synthesize(
         bar.close()
     if len(pairs) < n:
         logger.warning(
-            "%s: %d of %d pairs (the schema offered too few usable queries)",
+            "%s: %d of %d pairs (the schema offered too few usable queries); going on with those",
             database.name,
             len(pairs),
             n,

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import random
 import re
@@ -53,8 +52,6 @@ from sqlweave.synthesis.pairs import (
     read_pairs,
     synthesize,
 )
-
-logger = logging.getLogger(__name__)
 
 VAL_FRACTION = 0.2
 """The share of each database's pairs that validates, by default."""
@@ -330,8 +327,8 @@ def synthetic_sets(
 def _pairs_for(
     database: Database, path: Path, n: int, *, seed: int, program: Any, check: bool, progress: bool
 ) -> list[dict[str, Any]]:
-    """One database's pairs, synthesized into (or resumed from) ``path``; none is an error,
-    fewer than ``n`` a warning."""
+    """One database's pairs, synthesized into (or resumed from) ``path``; none is an error.
+    Fewer than ``n`` is :func:`~sqlweave.synthesis.pairs.synthesize`'s warning, said once."""
     _check_resumable(path, database)
     path.parent.mkdir(parents=True, exist_ok=True)
     pairs = synthesize(
@@ -342,13 +339,6 @@ def _pairs_for(
             f"{database.name}: no pair survived synthesis (the model wrote no question "
             f"whose answer matched its SQL); every tried query's verdict is in "
             f"{path}.tried.jsonl"
-        )
-    if len(pairs) < n:
-        logger.warning(
-            "%s: compiling on %d synthesized pairs, not the %d asked for",
-            database.name,
-            len(pairs),
-            n,
         )
     return pairs
 
