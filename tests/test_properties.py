@@ -1,0 +1,322 @@
+"""Properties that must hold for every input, checked on inputs hypothesis makes up, beside the
+hand-picked cases of ``test_attacks.py``, ``test_serve.py`` and ``test_metrics*.py``:
+
+* **read-only, whatever the text**: a statement that writes, disguised by case, comments,
+  white space, a leading CTE or ``EXPLAIN``, or chained after a harmless one, leaves the
+  SQLite (and DuckDB) file byte for byte as it was, creates no file beside it, and comes back
+  as a result or an :class:`~sqlweave.db.ExecutionError`, never another exception;
+* **the API never fails on its input**: any body posted to ``/ask`` (any JSON, any bytes) gets
+  a JSON answer, 200 or a 4xx that names the problem, never a 500;
+* **EX is the official verdict**: :func:`sqlweave.metrics.results_match` with the Spider
+  semantics gives the official test-suite ``result_eq``'s verdict (transcribed below) on any
+  pair of small results, including values that are equal but print differently.
+
+Every run draws the same examples (``derandomize``): a property test in CI must not be flaky.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DEMO_CONCERT_DB
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sqlweave.db import Database, ExecutionError, QueryResult
+from sqlweave.metrics import results_match
+
+SETTINGS = settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+# --- read-only, whatever the text -----------------------------------------------------------------
+
+#: Statements that would change the database or the disk (``{dir}``: the database's folder).
+WRITES = (
+    "INSERT INTO singer (Singer_ID, Name) VALUES (99, 'x')",
+    "INSERT INTO singer (Singer_ID) VALUES (1) ON CONFLICT DO NOTHING",
+    "REPLACE INTO singer (Singer_ID, Name) VALUES (1, 'x')",
+    "UPDATE singer SET Name = 'x'",
+    "UPDATE singer SET Age = Age + 1 RETURNING Age",
+    "DELETE FROM singer",
+    "DELETE FROM singer RETURNING *",
+    "DROP TABLE singer",
+    "DROP VIEW IF EXISTS v",
+    "CREATE TABLE t (x INTEGER)",
+    "CREATE TEMP TABLE t AS SELECT * FROM singer",
+    "CREATE VIEW v AS SELECT 1",
+    "CREATE INDEX i ON singer (Name)",
+    "CREATE TRIGGER g AFTER INSERT ON singer BEGIN DELETE FROM singer; END",
+    "ALTER TABLE singer ADD COLUMN x INTEGER",
+    "ALTER TABLE singer RENAME TO s",
+    "ATTACH DATABASE '{dir}/pwned.db' AS p",
+    "VACUUM INTO '{dir}/copy.db'",
+    "VACUUM",
+    "REINDEX",
+    "ANALYZE",
+    "PRAGMA user_version = 7",
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA writable_schema = ON",
+    "BEGIN; DELETE FROM singer; COMMIT",
+    "SAVEPOINT a; DELETE FROM singer; RELEASE a",
+    "SELECT writefile('{dir}/pwned.txt', 'x')",
+    "SELECT load_extension('{dir}/pwned')",
+    "COPY singer TO '{dir}/out.csv'",
+    "EXPORT DATABASE '{dir}/exported'",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "CHECKPOINT",
+    "SET memory_limit = '1GB'",
+    "CREATE SEQUENCE q",
+    "CREATE MACRO m(x) AS x + 1",
+)
+#: What may stand between two words of a statement.
+GAPS = (" ", "  ", "\t", "\n", "/**/", " /* note */ ", "\n-- note\n", "\r\n")
+#: What may come before it and after it.
+PREFIXES = ("", " ", ";", "; ", "SELECT 1; ", "WITH a AS (SELECT 1) ", "EXPLAIN ", "/* a */ ")
+SUFFIXES = ("", ";", " ;", "; SELECT 1", " -- tail", ";;")
+
+
+@st.composite
+def disguised(draw: st.DrawFn, folder: str) -> str:
+    """A statement of :data:`WRITES`, its words joined by random gaps, in random case."""
+    words = draw(st.sampled_from(WRITES)).format(dir=folder).split(" ")
+    text = words[0]
+    for word in words[1:]:
+        text += draw(st.sampled_from(GAPS)) + word
+    flips = draw(st.lists(st.booleans(), min_size=len(text), max_size=len(text)))
+    text = "".join(c.swapcase() if flip else c for c, flip in zip(text, flips, strict=True))
+    return draw(st.sampled_from(PREFIXES)) + text + draw(st.sampled_from(SUFFIXES))
+
+
+def _listing(folder: Path) -> dict[str, str]:
+    """Every entry below ``folder``: a file's sha256, a folder's mark."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        if p.is_file()
+        else "/"
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+def _writable_copy(folder: Path) -> Path:
+    folder.mkdir()
+    target = folder / "concert_singer.sqlite"
+    shutil.copyfile(DEMO_CONCERT_DB, target)
+    target.chmod(0o644)  # writable on disk: only sqlweave's guards stand in the way
+    return target
+
+
+def _check_unchanged(db: Database, folder: Path, before: dict[str, str], sql: str) -> None:
+    outcome = db.try_execute(sql, timeout_s=2.0, use_cache=False)
+    assert isinstance(outcome, QueryResult | ExecutionError)
+    assert _listing(folder) == before, f"a file changed or appeared after {sql!r}"
+    count = db.execute("SELECT count(*) FROM singer", use_cache=False).rows
+    assert count == ((6,),), sql
+
+
+def test_no_disguised_write_changes_a_sqlite_file(tmp_path: Path) -> None:
+    folder = tmp_path / "sqlite"
+    path = _writable_copy(folder)
+    before = _listing(folder)
+    with Database.open(path) as db:
+
+        @SETTINGS
+        @given(disguised(str(folder)))
+        def check(sql: str) -> None:
+            _check_unchanged(db, folder, before, sql)
+
+        check()
+
+
+def test_no_disguised_write_changes_a_duckdb_file(tmp_path: Path) -> None:
+    pytest.importorskip("duckdb_engine")
+    from sqlweave.transfer import copy_sqlite_to_duckdb
+
+    sqlite = _writable_copy(tmp_path / "sqlite")
+    folder = tmp_path / "duck"
+    path = copy_sqlite_to_duckdb(sqlite, folder / "concert_singer.duckdb")
+    before = _listing(folder)
+    with Database.open(f"duckdb:///{path}") as db:
+
+        @settings(SETTINGS, max_examples=150)
+        @given(disguised(str(folder)))
+        def check(sql: str) -> None:
+            _check_unchanged(db, folder, before, sql)
+
+        check()
+
+
+# --- the API never fails on its input ------------------------------------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+#: A request the API answers; :func:`spoiled` spoils some of it.
+VALID = {"question": "How many singers are there?", "db": "concert_singer", "evidence": ""}
+
+
+@st.composite
+def spoiled(draw: st.DrawFn) -> dict[str, Any]:
+    """:data:`VALID` with some fields dropped or holding anything, and perhaps one more field:
+    mostly one change at a time, so that each check of the API is reached on its own."""
+    body: dict[str, Any] = dict(VALID)
+    for name in draw(st.sets(st.sampled_from([*VALID, "extra"]), max_size=2)):
+        if name == "extra":
+            body[draw(st.sampled_from(["sql", "Question", "", "db_id"]))] = draw(JSON)
+        elif draw(st.booleans()):
+            del body[name]
+        else:
+            body[name] = draw(JSON | st.sampled_from(["", " ", "../etc/passwd", "x" * 30000]))
+    return body
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The API over a writable copy of the bundled database, a DummyLM answering one count; the
+    folder is checked unchanged once every body has been posted."""
+    pytest.importorskip("starlette", reason="the serve extra")
+    pytest.importorskip("httpx", reason="starlette's TestClient")
+    from dspy.utils import DummyLM
+    from starlette.testclient import TestClient
+
+    from sqlweave.serve import create_app
+
+    path = _writable_copy(tmp_path_factory.mktemp("serve") / "db")
+    before = _listing(path.parent)
+    lm = DummyLM({"": {"sql": "SELECT count(*) FROM singer"}})
+    app = create_app("direct", {"concert_singer": path}, lm=lm)
+    with TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False) as client:
+        yield client
+    assert _listing(path.parent) == before
+
+
+def _post(client: Any, body: str | bytes) -> None:
+    response = client.post("/ask", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code in (200, 400, 404, 413, 422), (body, response.text)
+    answer = response.json()
+    if response.status_code == 200:
+        assert answer["rows"] == [[6]] and answer["sql"], body
+    else:
+        assert isinstance(answer["error"], str) and answer["error"], body
+
+
+def test_a_spoiled_request_gets_a_json_answer_and_never_a_500(served: Any) -> None:
+    @settings(SETTINGS, max_examples=400)
+    @given(spoiled().map(json.dumps))
+    def check(body: str) -> None:
+        _post(served, body)
+
+    check()
+
+
+def test_any_body_gets_a_json_answer_and_never_a_500(served: Any) -> None:
+    @settings(SETTINGS, max_examples=150)
+    @given(st.one_of(JSON.map(json.dumps), st.binary(max_size=64)))
+    def check(body: str | bytes) -> None:
+        _post(served, body)
+
+    check()
+
+
+# --- EX is the official verdict ------------------------------------------------------------------
+
+
+def _official_quick_rej(result1: list, result2: list, order_matters: bool) -> bool:
+    s1 = [tuple(sorted(row, key=lambda x: str(x) + str(type(x)))) for row in result1]
+    s2 = [tuple(sorted(row, key=lambda x: str(x) + str(type(x)))) for row in result2]
+    return s1 == s2 if order_matters else set(s1) == set(s2)
+
+
+def _official_result_eq(result1: list, result2: list, order_matters: bool) -> bool:
+    """test-suite-sql-eval's ``result_eq`` (gold first), for results of at most three columns,
+    where it tries every column permutation (it prunes at random only above three)."""
+    if len(result1) == 0 and len(result2) == 0:
+        return True
+    if len(result1) != len(result2):
+        return False
+    num_cols = len(result1[0])
+    if len(result2[0]) != num_cols:
+        return False
+    if not _official_quick_rej(result1, result2, order_matters):
+        return False
+    for perm in itertools.product(range(num_cols), repeat=num_cols):
+        if len(perm) != len(set(perm)):
+            continue
+        if num_cols == 1:
+            result2_perm = result2
+        else:
+            result2_perm = [tuple(row[perm[i]] for i in range(num_cols)) for row in result2]
+        if order_matters:
+            if result1 == result2_perm:
+                return True
+        elif set(result1) == set(result2_perm) and Counter(result1) == Counter(result2_perm):
+            return True
+    return False
+
+
+#: Values that meet in real results: equal ones that print differently (1, 1.0, True; 0.0,
+#: -0.0), text that looks like a number, NULL.
+VALUES = st.sampled_from([0, 1, 2, 1.0, 0.0, -0.0, 2.5, True, "1", "a", "b", "", None])
+#: An equal value of another type (or sign), by the value's repr.
+EQUAL = {"0": 0.0, "1": 1.0, "2": 2.0, "1.0": True, "0.0": -0.0, "-0.0": 0, "True": 1}
+
+
+@st.composite
+def result_pairs(draw: st.DrawFn) -> tuple[list[tuple], list[tuple], bool]:
+    """(gold, pred, ordered): pred often gold with its columns and rows shuffled and perhaps one
+    value changed, its values retyped (1 as 1.0), a row dropped or doubled, so that both
+    verdicts come up."""
+    ncols = draw(st.integers(1, 3))
+    row = st.tuples(*[VALUES] * ncols)
+    gold = draw(st.lists(row, max_size=5))
+    ordered = draw(st.booleans())
+    if draw(st.booleans()):
+        width = draw(st.integers(1, 3))
+        return gold, draw(st.lists(st.tuples(*[VALUES] * width), max_size=5)), ordered
+    perm = draw(st.permutations(range(ncols)))
+    pred = [tuple(r[j] for j in perm) for r in gold]
+    if not ordered or draw(st.booleans()):
+        pred = draw(st.permutations(pred))
+    change = draw(st.sampled_from(["none", "value", "retype", "drop", "duplicate"]))
+    if pred and change == "retype":  # every value as an equal one of another type, if any
+        pred = [tuple(EQUAL.get(repr(v), v) for v in r) for r in pred]
+    elif pred and change == "value":
+        i, j = draw(st.integers(0, len(pred) - 1)), draw(st.integers(0, ncols - 1))
+        values = list(pred[i])
+        values[j] = draw(VALUES)
+        pred[i] = tuple(values)
+    elif pred and change == "drop":
+        pred = pred[1:]
+    elif pred and change == "duplicate":
+        pred = [*pred[1:], pred[-1]]
+    return gold, list(pred), ordered
+
+
+@SETTINGS
+@given(result_pairs())
+def test_spider_ex_is_the_official_result_eq(pair: tuple[list[tuple], list[tuple], bool]) -> None:
+    gold, pred, ordered = pair
+    expected = _official_result_eq(gold, pred, ordered)
+    assert results_match(pred, gold, "spider", ordered) == expected, (gold, pred, ordered)
+
+
+def test_the_official_transcription_can_tell_both_ways() -> None:
+    """The reference above is not vacuous: it matches a column swap and refuses a changed row."""
+    gold = [(1, "a"), (2, "b")]
+    assert _official_result_eq(gold, [("b", 2), ("a", 1)], False)
+    assert not _official_result_eq(gold, [("b", 2), ("a", 2)], False)
+    assert not _official_result_eq(gold, [("b", 2), ("a", 1)], True)
