@@ -135,6 +135,21 @@ def _field(path: Path, i: int, item: dict[str, Any], *names: str) -> str:
     raise DataError(path, f"item {i} has no string field {wanted}")
 
 
+def _text(path: Path, i: int, item: dict[str, Any], *names: str) -> str | None:
+    """The first of ``names`` that item ``i`` gives (not null), which must be text: a number or
+    an object where a path, a query or an id belongs is the file's mistake, said as one."""
+    for name in names:
+        value = item.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise DataError(
+                path, f"item {i}: {name!r} must be a string, not {type(value).__name__} {value!r}"
+            )
+        return value
+    return None
+
+
 def _hardness(sql: str) -> str:
     """Spider hardness of a gold query, ``"unknown"`` (with a warning) when sqlglot cannot parse it."""
     try:
@@ -311,8 +326,13 @@ def load_questions(
     examples = []
     for i, item in enumerate(items):
         question = _field(path, i, item, "question")
-        db_path = item.get("db_path") or item.get("db")
-        db_id = item.get("db_id")
+        if not question.strip():
+            raise DataError(path, f"item {i}: the question is empty")
+        qid = item.get("question_id")
+        if qid is not None and (isinstance(qid, bool) or not isinstance(qid, str | int)):
+            raise DataError(path, f"item {i}: 'question_id' must be a string or a number")
+        db_path = _text(path, i, item, "db_path", "db")
+        db_id = _text(path, i, item, "db_id")
         if db_path:
             db_file = Path(db_path)
             if not db_file.is_absolute():
@@ -322,22 +342,19 @@ def load_questions(
             db_file = _find_db(str(db_id), db_root, path, i)
         else:
             raise DataError(path, f"item {i} needs 'db_id' or 'db_path'")
-        if not db_file.is_file():
+        if not file_exists(db_file):
             raise DataError(path, f"item {i}: database file not found: {db_file}")
-        gold = next(
-            (item[k] for k in ("gold_sql", "sql", "SQL", "query") if isinstance(item.get(k), str)),
-            "",
-        )
-        difficulty = item.get("difficulty") or (_hardness(gold) if gold else "unknown")
+        gold = _text(path, i, item, "gold_sql", "sql", "SQL", "query") or ""
+        difficulty = _text(path, i, item, "difficulty") or (_hardness(gold) if gold else "unknown")
         examples.append(
             _make_example(
                 question=question,
                 db_id=str(db_id),
-                evidence=str(item.get("evidence") or ""),
+                evidence=_text(path, i, item, "evidence") or "",
                 db_path=str(db_file),
                 gold_sql=gold,
                 difficulty=str(difficulty),
-                question_id=str(item.get("question_id", f"{path.stem}_{i}")),
+                question_id=str(f"{path.stem}_{i}" if qid is None else qid),
                 source=str(item.get("source", source)),
                 split=str(item.get("split", "user")),
             )
@@ -397,7 +414,7 @@ def database_path(
     db_id = getattr(example_or_db_id, "db_id", example_or_db_id)
     if not isinstance(db_id, str) or not db_id:
         raise DataError(None, f"cannot find a database for {example_or_db_id!r}")
-    if Path(db_id).suffix in (".sqlite", ".db", ".sqlite3") and Path(db_id).is_file():
+    if Path(db_id).suffix in (".sqlite", ".db", ".sqlite3") and file_exists(Path(db_id)):
         return Path(db_id)
     base = resolve_data_root(root)
     tried: list[Path] = []
@@ -413,9 +430,18 @@ def database_path(
         except DataError:
             pass
     for candidate in tried:
-        if candidate.is_file():
+        if file_exists(candidate):
             return candidate
     raise DataError(base, f"database {db_id!r} not found (tried {len(tried)} places)")
+
+
+def file_exists(path: Path) -> bool:
+    """``path.is_file()``, False where the name cannot be a file at all (too long, a NUL byte)
+    rather than an OSError: a db_id is the user's text."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def open_database(example_or_path: Any) -> Database:

@@ -24,6 +24,7 @@ from typing import Any
 
 import dspy
 
+from sqlweave.benchmarks import file_exists
 from sqlweave.data import INPUT_FIELDS, DataError, database_path
 from sqlweave.hardness import spider_hardness
 
@@ -103,6 +104,9 @@ def _prepare(i: int, item: Mapping[str, Any], need_sql: bool) -> tuple[dict[str,
         problems.append("sql (gold query; also read from gold_sql, SQL or query)")
     db_path = _get(item, "db_path")
     db_id = item.get("db_id")
+    if db_id is not None and not isinstance(db_id, str):
+        problems.append(f"db_id (must be a string, not {type(db_id).__name__})")
+        db_id = None
     if db_path is not None and not isinstance(db_path, str | Path):
         problems.append("db (a SQLite file path)")
         db_path = None
@@ -113,7 +117,7 @@ def _prepare(i: int, item: Mapping[str, Any], need_sql: bool) -> tuple[dict[str,
             problems.append(f"db (database {db_id!r} not found; give db=PATH)")
     elif db_path is None:
         problems.append("db (a SQLite file path, or db_id of a bundled database)")
-    elif not _is_url(db_path) and not Path(db_path).expanduser().is_file():
+    elif not _is_url(db_path) and not file_exists(Path(db_path).expanduser()):
         problems.append(f"db (no SQLite file at {db_path})")
     if problems:
         return {}, problems

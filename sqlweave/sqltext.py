@@ -6,6 +6,7 @@ their outputs here before executing them so that a formatting slip is not scored
 
 from __future__ import annotations
 
+import itertools
 import re
 
 _FENCE_MARK = "```"
@@ -15,6 +16,13 @@ _START = re.compile(r"\b(WITH|SELECT)\b", re.I)
 # marker on the same line as the SQL, where the adapter keeps it as part of the value.
 _MARKER = re.compile(r"\[\[\s*##\s*(\w+)\s*##\s*\]\]")
 _FIELD_MARKER = re.compile(r"\[\[\s*##.*", re.S)
+_PROSE = re.compile(r"\s*(This|The|Note|Explanation|Here)\b")
+#: What can hide a ``;`` (quotes, comments, bracketed names), and the ``;`` itself.
+_MARKS = re.compile(r"['\"`\[;]|--|/\*")
+_DOUBLED = ("'", '"', "`")
+#: Places a query may start that are tried, and the longest text parsed to tell prose from SQL.
+_MAX_STARTS = 8
+_MAX_PARSED = 20_000
 
 
 def field_body(text: str, prefer: str | None = None) -> str:
@@ -60,7 +68,8 @@ def extract_sql(text: str | None) -> str:
     """Return the first SQL query found in ``text`` (fenced block first, else from SELECT/WITH on).
 
     The result has no trailing semicolon and no surrounding whitespace; an empty string means the
-    text held no query at all.
+    text held no query at all. Where "select" or "with" also stands in the prose before the query
+    ("To select the singers, run: SELECT ..."), the first place a query that parses starts wins.
     """
     if not text:
         return ""
@@ -70,16 +79,52 @@ def extract_sql(text: str | None) -> str:
         text = fenced
     text = _FIELD_MARKER.sub("", text)
     text = text.strip().strip("`").strip()
-    match = _START.search(text)
-    if match is None:
+    starts = [m.start() for m in itertools.islice(_START.finditer(text), _MAX_STARTS)]
+    if not starts:
         return ""
-    sql = text[match.start() :]
-    # Drop anything after the first statement terminator, and trailing prose on later lines that
-    # starts like an explanation.
-    sql = sql.split(";")[0]
+    first = _one_statement(text[starts[0] :])
+    later = [
+        s for s in starts[1:] if text.count("(", starts[0], s) <= text.count(")", starts[0], s)
+    ]
+    if later and len(first) <= _MAX_PARSED:
+        from sqlweave import sqlstruct
+
+        if sqlstruct.parse(first) is None:  # prose, perhaps: a later query that parses, if any
+            for start in later:  # not a subquery of the first (inside none of its brackets)
+                sql = _one_statement(text[start:])
+                if len(sql) <= _MAX_PARSED and sqlstruct.parse(sql) is not None:
+                    return sql
+    return first
+
+
+def _one_statement(sql: str) -> str:
+    """``sql`` up to its first statement terminator, without trailing prose on later lines that
+    starts like an explanation."""
+    sql = sql[: statement_end(sql)]
     lines = []
     for line in sql.splitlines():
-        if lines and re.match(r"\s*(This|The|Note|Explanation|Here)\b", line):
+        if lines and _PROSE.match(line):
             break
         lines.append(line)
     return "\n".join(lines).strip()
+
+
+def statement_end(sql: str) -> int:
+    """Where the first statement of ``sql`` ends: its first ``;`` outside quoted text
+    (``'...'``, ``"..."`` and backquoted names, each with its doubled quote as an escape;
+    ``[...]``) and comments, or the length of ``sql``. A quote or comment left open runs to the
+    end. Linear: a regex jumps from one mark to the next. (A ``;`` inside a value,
+    ``name = 'a;b'``, cut the query here until tests/test_properties.py found it.)"""
+    pos, n = 0, len(sql)
+    while (mark := _MARKS.search(sql, pos)) is not None:
+        token = mark.group()
+        if token == ";":
+            return mark.start()
+        close = {"--": "\n", "/*": "*/", "[": "]"}.get(token, token)
+        end = sql.find(close, mark.end())
+        while end >= 0 and token in _DOUBLED and sql.startswith(close, end + 1):
+            end = sql.find(close, end + 2)  # a doubled quote is one quote character
+        if end < 0:
+            return n
+        pos = end + len(close)
+    return n

@@ -7,6 +7,11 @@ hand-picked cases of ``test_attacks.py``, ``test_serve.py`` and ``test_metrics*.
   as a result or an :class:`~sqlweave.db.ExecutionError`, never another exception;
 * **the API never fails on its input**: any body posted to ``/ask`` (any JSON, any bytes) gets
   a JSON answer, 200 or a 4xx that names the problem, never a 500;
+* **a query survives its wrapping**: the SQL a model writes comes back from
+  :func:`~sqlweave.sqltext.extract_sql` as written, whatever prose, fence, ``SQL:`` or ``;``
+  surrounds it, even with a ``;`` inside a value or "select" in the prose before it;
+* **a malformed questions file is a** :class:`~sqlweave.data.DataError` naming the file, never
+  another exception, whatever its items hold;
 * **EX is the official verdict**: :func:`sqlweave.metrics.results_match` with the Spider
   semantics gives the official test-suite ``result_eq``'s verdict (transcribed below) on any
   pair of small results, including values that are equal but print differently.
@@ -19,7 +24,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 import shutil
+import string
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -31,6 +38,7 @@ from hypothesis import strategies as st
 
 from sqlweave.db import Database, ExecutionError, QueryResult
 from sqlweave.metrics import results_match
+from sqlweave.sqltext import extract_sql
 
 SETTINGS = settings(
     max_examples=300,
@@ -162,7 +170,9 @@ def test_no_disguised_write_changes_a_duckdb_file(tmp_path: Path) -> None:
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner)
+    ),
     max_leaves=12,
 )
 #: A request the API answers; :func:`spoiled` spoils some of it.
@@ -230,6 +240,125 @@ def test_any_body_gets_a_json_answer_and_never_a_500(served: Any) -> None:
         _post(served, body)
 
     check()
+
+
+# --- a query survives its wrapping -----------------------------------------------------------
+
+#: Characters a value in a query may hold (no quote, backquote or line break).
+VALUE_CHARS = st.sampled_from(list(string.ascii_letters + string.digits + ' ;,.-_()*%#/"[]'))
+
+
+@st.composite
+def queries(draw: st.DrawFn) -> str:
+    query = f"SELECT {draw(st.sampled_from(['name', 'T1.age', 'count(*)', '*']))} FROM "
+    query += draw(st.sampled_from(["singer", "concert AS T1", "[my table]"]))
+    if draw(st.booleans()):
+        query += f" WHERE name = '{draw(st.text(VALUE_CHARS, max_size=12))}'"
+    if draw(st.booleans()):
+        query += " ORDER BY age DESC"
+    if draw(st.booleans()):
+        query = f"WITH a AS ({query}) SELECT * FROM a"
+    return query
+
+
+#: How models wrap their query: before it, and after it (unfenced).
+INTROS = (
+    "",
+    "SQL: ",
+    "Here is the SQL query:\n",
+    "Sure! Here's the query you asked for.\n\n",
+    "To select the singers, run:\n",
+    "Answer with this query:\n",
+)
+OUTROS = (
+    "",
+    ";",
+    ";\n",
+    " ;",
+    "\n\nThis query returns the rows.",
+    "; -- done",
+    ";\nNote: it reads",
+)
+
+
+@SETTINGS
+@given(queries(), st.sampled_from(INTROS), st.sampled_from(OUTROS), st.booleans())
+def test_a_query_comes_back_as_written(query: str, intro: str, outro: str, fenced: bool) -> None:
+    if fenced:
+        text = f"{intro}```sql\n{query}{';' if outro.startswith(';') else ''}\n```\nThat is it."
+    else:
+        text = intro + query + outro
+    assert extract_sql(text) == query, text
+
+
+@settings(SETTINGS, max_examples=500)
+@given(st.text(max_size=400))
+def test_any_text_gives_one_statement_or_nothing(text: str) -> None:
+    sql = extract_sql(text)
+    assert isinstance(sql, str) and sql == sql.strip()
+    assert sql == "" or re.match(r"(?i)(with|select)\b", sql), sql
+
+
+# --- a malformed questions file is a DataError -------------------------------------------------
+
+#: Question objects whose fields hold anything, a real database or question among them.
+ITEMS = st.fixed_dictionaries(
+    {},
+    optional={
+        "question": JSON | st.just("How many singers are there?"),
+        "db_path": JSON | st.sampled_from([str(DEMO_CONCERT_DB), "x" * 300 + ".sqlite", "a\x00b"]),
+        "db": JSON,
+        "db_id": JSON | st.sampled_from(["concert_singer", "no_such_db", "../x", "y" * 300]),
+        "sql": JSON | st.just("SELECT count(*) FROM singer"),
+        "evidence": JSON,
+        "question_id": JSON,
+        "difficulty": JSON,
+    },
+)
+
+
+@settings(SETTINGS, max_examples=400)
+@given(
+    st.one_of(
+        st.lists(ITEMS | JSON, max_size=3).map(json.dumps),
+        st.lists(ITEMS | JSON, max_size=3).map(lambda xs: "\n".join(json.dumps(x) for x in xs)),
+        JSON.map(json.dumps),
+        st.binary(max_size=80).map(lambda b: b.decode("latin-1")),
+    ),
+    st.sampled_from(["questions.json", "questions.jsonl"]),
+)
+def test_a_malformed_questions_file_is_a_data_error(
+    tmp_path_factory: pytest.TempPathFactory, text: str, name: str
+) -> None:
+    from sqlweave.data import DataError, load_questions
+
+    path = tmp_path_factory.mktemp("questions") / name
+    path.write_text(text, encoding="utf-8")
+    try:
+        examples = load_questions(path)
+    except DataError as err:
+        assert str(path.name) in str(err), err
+        return
+    for example in examples:
+        assert isinstance(example.question, str) and example.question.strip()
+        assert Path(example.db_path).is_file()
+
+
+@settings(SETTINGS, max_examples=300)
+@given(st.lists(ITEMS | JSON, max_size=3))
+def test_malformed_examples_from_python_are_a_data_error(items: list[Any]) -> None:
+    """``sqlweave.compile``'s and ``evaluate``'s lists: the same, through ``as_examples``."""
+    from sqlweave.data import DataError
+    from sqlweave.examples import as_examples
+
+    try:
+        examples = as_examples(items, need_sql=False)
+    except DataError as err:
+        assert "cannot be used" in str(err), err
+        return
+    for example in examples:
+        assert isinstance(example.question, str) and example.question.strip()
+        assert Path(example.db_path).is_file()
 
 
 # --- EX is the official verdict ------------------------------------------------------------------
