@@ -12,9 +12,11 @@ hand-picked cases of ``test_attacks.py``, ``test_serve.py`` and ``test_metrics*.
   surrounds it, even with a ``;`` inside a value or "select" in the prose before it;
 * **a malformed questions file is a** :class:`~sqlweave.data.DataError` naming the file, never
   another exception, whatever its items hold;
-* **EX is the official verdict**: :func:`sqlweave.metrics.results_match` with the Spider
-  semantics gives the official test-suite ``result_eq``'s verdict (transcribed below) on any
-  pair of small results, including values that are equal but print differently.
+* **EX is the official verdict**: the text the official Spider scoring runs (``sqlparse``'s
+  first statement without DISTINCT) is what :func:`~sqlweave.metrics.remove_distinct` gives,
+  and :func:`sqlweave.metrics.results_match` with the Spider semantics gives the official
+  test-suite ``result_eq``'s verdict (transcribed below) on any pair of small results,
+  including values that are equal but print differently.
 
 Every run draws the same examples (``derandomize``): a property test in CI must not be flaky.
 """
@@ -33,7 +35,7 @@ from typing import Any
 
 import pytest
 from conftest import DEMO_CONCERT_DB
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from sqlweave.db import Database, ExecutionError, QueryResult
@@ -441,6 +443,33 @@ def test_spider_ex_is_the_official_result_eq(pair: tuple[list[tuple], list[tuple
     gold, pred, ordered = pair
     expected = _official_result_eq(gold, pred, ordered)
     assert results_match(pred, gold, "spider", ordered) == expected, (gold, pred, ordered)
+
+
+#: Pieces of SQL text where the official preparation (``sqlparse``) is easy to get wrong: a
+#: ``;`` or DISTINCT inside strings, names and comments, CASE ... END levels, GO, placeholders.
+PIECES = st.sampled_from(
+    [
+        "SELECT", "DISTINCT", "distinct", "Distinct", "name", "T1.name", "count(", "(", ")",
+        "FROM", "singer", "WHERE", "=", ">", "'a;b'", "'it''s'", '"distinct"', "`x;y`", "[a b]",
+        ";", "; ", "-- c;\n", "# c\n", "/* ; */", "CASE", "WHEN", "THEN", "END", "GO", "GO 2",
+        "$1", ":v", "?", "1", "-2.5", "0x1F", "AS", "IN", "\n", " ", "\t", "SELECT DISTINCT",
+        "END IF", "x.y", "'", '"',
+    ]
+)  # fmt: skip
+
+
+@settings(SETTINGS, max_examples=1000)
+@given(st.lists(PIECES, max_size=14).map(" ".join))
+def test_remove_distinct_is_sqlparses(sql: str) -> None:
+    """The official Spider scoring drops DISTINCT tokens from ``sqlparse.parse(sql)[0]``;
+    :func:`~sqlweave.metrics.remove_distinct` does it with one regex lexer instead."""
+    sqlparse = pytest.importorskip("sqlparse")
+    from sqlweave.metrics import remove_distinct
+
+    statements = sqlparse.parse(sql)
+    assume(statements)  # no statement at all: the official script fails (``has_no_statement``)
+    official = "".join(t.value for t in statements[0].flatten() if t.value.lower() != "distinct")
+    assert remove_distinct(sql) == official, sql
 
 
 def test_the_official_transcription_can_tell_both_ways() -> None:
