@@ -30,6 +30,7 @@ import re
 import shutil
 import string
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ import pytest
 from conftest import DEMO_CONCERT_DB
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from test_attacks import pg_roles  # noqa: F401 - the fixture: the copied database's role URLs
 
 from sqlweave.db import Database, ExecutionError, QueryResult
 from sqlweave.metrics import results_match
@@ -99,15 +101,19 @@ SUFFIXES = ("", ";", " ;", "; SELECT 1", " -- tail", ";;")
 
 
 @st.composite
-def disguised(draw: st.DrawFn, folder: str) -> str:
-    """A statement of :data:`WRITES`, its words joined by random gaps, in random case."""
-    words = draw(st.sampled_from(WRITES)).format(dir=folder).split(" ")
+def disguised(draw: st.DrawFn, statements: Sequence[str]) -> str:
+    """One of ``statements``, its words joined by random gaps, in random case."""
+    words = draw(st.sampled_from(statements)).split(" ")
     text = words[0]
     for word in words[1:]:
         text += draw(st.sampled_from(GAPS)) + word
     flips = draw(st.lists(st.booleans(), min_size=len(text), max_size=len(text)))
     text = "".join(c.swapcase() if flip else c for c, flip in zip(text, flips, strict=True))
     return draw(st.sampled_from(PREFIXES)) + text + draw(st.sampled_from(SUFFIXES))
+
+
+def _writes(folder: Path) -> list[str]:
+    return [w.format(dir=folder) for w in WRITES]
 
 
 def _listing(folder: Path) -> dict[str, str]:
@@ -141,9 +147,11 @@ def test_no_disguised_write_changes_a_sqlite_file(tmp_path: Path) -> None:
     path = _writable_copy(folder)
     before = _listing(folder)
     with Database.open(path) as db:
+        for sql in _writes(folder):  # each as written, then disguised
+            _check_unchanged(db, folder, before, sql)
 
         @SETTINGS
-        @given(disguised(str(folder)))
+        @given(disguised(_writes(folder)))
         def check(sql: str) -> None:
             _check_unchanged(db, folder, before, sql)
 
@@ -159,13 +167,88 @@ def test_no_disguised_write_changes_a_duckdb_file(tmp_path: Path) -> None:
     path = copy_sqlite_to_duckdb(sqlite, folder / "concert_singer.duckdb")
     before = _listing(folder)
     with Database.open(f"duckdb:///{path}") as db:
+        for sql in _writes(folder):
+            _check_unchanged(db, folder, before, sql)
 
         @settings(SETTINGS, max_examples=150)
-        @given(disguised(str(folder)))
+        @given(disguised(_writes(folder)))
         def check(sql: str) -> None:
             _check_unchanged(db, folder, before, sql)
 
         check()
+
+
+#: PostgreSQL's own ways to write, besides :data:`WRITES`'s that it shares.
+PG_WRITES = (
+    "INSERT INTO singer (Singer_ID) VALUES (99)",
+    "UPDATE singer SET Name = 'x'",
+    "DELETE FROM singer",
+    "TRUNCATE singer",
+    "DROP TABLE singer CASCADE",
+    "CREATE TABLE t AS SELECT * FROM singer",
+    "CREATE UNLOGGED TABLE t (x int)",
+    "ALTER TABLE singer ADD COLUMN x int",
+    "COPY singer TO '/tmp/sqlweave_property_pwned.csv'",
+    "COPY singer FROM '/etc/hostname'",
+    "DO $$ BEGIN DELETE FROM singer; END $$",
+    "GRANT ALL ON singer TO PUBLIC",
+    "COMMENT ON TABLE singer IS 'x'",
+    "VACUUM FULL singer",
+    "ANALYZE singer",
+    "CLUSTER singer",
+    "REINDEX TABLE singer",
+    "LOCK TABLE singer IN ACCESS EXCLUSIVE MODE",
+    "SET search_path = pg_catalog",
+    "RESET ALL",
+    "NOTIFY channel, 'x'",
+    "PREPARE p AS DELETE FROM singer",
+    "SELECT set_config('search_path', 'pg_catalog', false)",
+    "SELECT pg_advisory_lock(7)",
+    "SELECT lo_create(0)",
+    "SELECT pg_stat_reset()",
+    "SELECT nextval('s')",
+    "WITH d AS (DELETE FROM singer RETURNING *) SELECT * FROM d",
+    "SELECT * FROM singer FOR UPDATE",
+    "BEGIN; DELETE FROM singer; COMMIT",
+    "CREATE FUNCTION f() RETURNS int AS 'SELECT 1' LANGUAGE sql",
+)
+
+
+@pytest.mark.postgres
+def test_no_disguised_write_changes_postgres(pg_roles: dict[str, str]) -> None:  # noqa: F811
+    """As the schema's owner (who may write, but for sqlweave's guards), each write as written
+    and disguised leaves the catalog, the tables, locks, settings and statistics as they were
+    (``test_attacks.py``'s snapshot) and writes no file."""
+    from test_attacks import _engine, _env, _pg_state
+
+    watcher = _engine(_env("SQLWEAVE_PG_SUPER_URL"))
+    try:
+        with watcher.connect() as conn:
+            before = _pg_state(conn)
+        with Database.open(pg_roles["owner"]) as db:
+
+            def run(sql: str) -> None:
+                outcome = db.try_execute(sql, timeout_s=2.0, use_cache=False)
+                assert isinstance(outcome, QueryResult | ExecutionError)
+                count = db.execute("SELECT count(*) FROM singer", use_cache=False).rows
+                assert count == ((6,),), sql
+
+            for sql in PG_WRITES:
+                run(sql)
+
+            @settings(SETTINGS, max_examples=150)
+            @given(disguised(PG_WRITES))
+            def check(sql: str) -> None:
+                run(sql)
+
+            check()
+        with watcher.connect() as conn:
+            after = _pg_state(conn)
+        assert {k: (v, after.get(k)) for k, v in before.items() if after.get(k) != v} == {}
+    finally:
+        watcher.dispose()
+    pwned = [p for p in Path("/tmp").iterdir() if p.name.lower().startswith("sqlweave_property")]
+    assert not pwned, pwned
 
 
 # --- the API never fails on its input ------------------------------------------------------------
