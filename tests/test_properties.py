@@ -12,6 +12,8 @@ hand-picked cases of ``test_attacks.py``, ``test_serve.py`` and ``test_metrics*.
   surrounds it, even with a ``;`` inside a value or "select" in the prose before it;
 * **a malformed questions file is a** :class:`~sqlweave.data.DataError` naming the file, never
   another exception, whatever its items hold;
+* **the reported p is the exact binomial test** (scipy's), symmetric; a bootstrap interval holds its
+  mean;
 * **EX is the official verdict**: the text the official Spider scoring runs (``sqlparse``'s
   first statement without DISTINCT) is what :func:`~sqlweave.metrics.remove_distinct` gives,
   and :func:`sqlweave.metrics.results_match` with the Spider semantics gives the official
@@ -561,3 +563,27 @@ def test_the_official_transcription_can_tell_both_ways() -> None:
     assert _official_result_eq(gold, [("b", 2), ("a", 1)], False)
     assert not _official_result_eq(gold, [("b", 2), ("a", 2)], False)
     assert not _official_result_eq(gold, [("b", 2), ("a", 1)], True)
+
+
+# --- the reported p and interval -----------------------------------------------------------------
+
+
+@settings(SETTINGS, max_examples=400)
+@given(st.integers(0, 300), st.integers(0, 300))
+def test_mcnemar_is_scipys_exact_binomial_test(b: int, c: int) -> None:
+    """Every paired p this project reports is :func:`~sqlweave.stats.mcnemar_exact`."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    from sqlweave.stats import mcnemar_exact
+
+    expected = 1.0 if b + c == 0 else scipy_stats.binomtest(b, b + c, 0.5).pvalue
+    assert mcnemar_exact(b, c) == pytest.approx(expected, rel=1e-9, abs=1e-300)
+    assert mcnemar_exact(b, c) == mcnemar_exact(c, b)
+
+
+@settings(SETTINGS, max_examples=200)
+@given(st.lists(st.booleans(), max_size=60), st.sampled_from([0.8, 0.9, 0.95, 0.975]))
+def test_a_bootstrap_interval_holds_its_mean(outcomes: list[bool], level: float) -> None:
+    from sqlweave.stats import bootstrap_ci
+
+    ci = bootstrap_ci(outcomes, level=level, resamples=300)
+    assert 0.0 <= ci.low <= ci.estimate <= ci.high <= 1.0 and ci.n == len(outcomes)
