@@ -599,6 +599,21 @@ def greedy_weighted(
     ]
 
 
+def _reproduced(replayed: dict[str, bool], recorded: dict[str, bool], whose: str) -> float:
+    """The share of questions where the replay at weight 1 gives the recorded verdict (a rule's
+    replay stands only where it reproduces the run it replays), printed."""
+    same = sum(replayed[q] == recorded[q] for q in replayed) / len(replayed)
+    print(f"weight 1 reproduces {whose} verdicts on {100 * same:.1f}% of {len(replayed)}")
+    return same
+
+
+def _write_json(path: str, out: dict[str, Any]) -> None:
+    """``out`` as indented JSON at ``path`` (nothing when no path was asked for)."""
+    if path:
+        Path(path).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {path}")
+
+
 def cmd_greedy(args: argparse.Namespace) -> None:
     """Rule 22 on one slice: the replay checked against the table at weight 1, then weight
     ``--weight`` against weight 1."""
@@ -611,8 +626,7 @@ def cmd_greedy(args: argparse.Namespace) -> None:
         qid = str(record["question_id"])
         one[qid], heavy[qid] = greedy_weighted(record, examples[qid], (1.0, args.weight))
     recorded = design_verdicts(list(table.values()), "fallback|grounded|rules_intersect")
-    same = sum(one[q] == recorded[q] for q in one) / len(one)
-    print(f"weight 1 reproduces the table's verdicts on {100 * same:.1f}% of {len(one)}")
+    same = _reproduced(one, recorded, "the table's")
     out = {
         "slice": args.slice,
         "mix": Path(args.mix).name,
@@ -620,9 +634,7 @@ def cmd_greedy(args: argparse.Namespace) -> None:
         "weight": args.weight,
         "against": _line(f"greedy weight {args.weight:g}", heavy, one, "greedy weight 1 (M)"),
     }
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {args.out}")
+    _write_json(args.out, out)
 
 
 def generator_weights(spec: str, names: Sequence[str]) -> Callable[[str], float]:
@@ -660,8 +672,7 @@ def cmd_weights(args: argparse.Namespace) -> None:
             record, examples[qid], [lambda _origin: 1.0, weighted]
         )
         kept.append({**record, "pred_sql": sql, "correct": heavy[qid]})
-    same = sum(one[q] == recorded[q] for q in one) / len(one)
-    print(f"weight 1 reproduces the recorded verdicts on {100 * same:.1f}% of {len(one)}")
+    same = _reproduced(one, recorded, "the recorded")
     out = {
         "slice": args.slice,
         "records": Path(args.records).name,
@@ -674,9 +685,7 @@ def cmd_weights(args: argparse.Namespace) -> None:
         with gzip.open(args.write, "wt", encoding="utf-8") as handle:
             handle.writelines(json.dumps(r) + "\n" for r in kept)
         print(f"wrote {args.write}")
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {args.out}")
+    _write_json(args.out, out)
 
 
 def cmd_pooled(args: argparse.Namespace) -> None:
@@ -694,9 +703,7 @@ def cmd_pooled(args: argparse.Namespace) -> None:
         "outputs": [Path(p).name for p in args.outputs],
         "against": _line(f"weighted ({len(one)} questions)", heavy, one, "weight 1 (Cg)"),
     }
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {args.out}")
+    _write_json(args.out, out)
 
 
 def design_verdicts(table: Sequence[dict[str, Any]], design: str) -> dict[str, bool]:
@@ -735,9 +742,7 @@ def cmd_read(args: argparse.Namespace) -> None:
     for item in args.against or []:
         label, _, path = item.partition("=")
         out["against"].append(_line("design", got, against_verdicts(path), label))
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {args.out}")
+    _write_json(args.out, out)
 
 
 def main() -> None:
