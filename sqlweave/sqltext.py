@@ -22,6 +22,7 @@ _MARKS = re.compile(r"['\"`\[;]|--|/\*")
 _DOUBLED = ("'", '"', "`")
 #: Places a query may start that are tried, and the longest text parsed to tell prose from SQL.
 _MAX_STARTS = 8
+_SET_OP = re.compile(r"\b(UNION|EXCEPT|INTERSECT)(\s+ALL)?\s*\(?\s*$", re.I)
 _MAX_PARSED = 20_000
 
 
@@ -83,9 +84,7 @@ def extract_sql(text: str | None) -> str:
     if not starts:
         return ""
     first = _one_statement(text[starts[0] :])
-    later = [
-        s for s in starts[1:] if text.count("(", starts[0], s) <= text.count(")", starts[0], s)
-    ]
+    later = [s for s in starts[1:] if _outside(text, starts[0], s)]
     if later and len(first) <= _MAX_PARSED:
         from sqlweave import sqlstruct
 
@@ -95,6 +94,15 @@ def extract_sql(text: str | None) -> str:
                 if len(sql) <= _MAX_PARSED and sqlstruct.parse(sql) is not None:
                     return sql
     return first
+
+
+def _outside(text: str, first: int, start: int) -> bool:
+    """Whether a query starting at ``start`` stands apart from the one starting at ``first``:
+    inside none of its brackets (a subquery) and not the right side of its UNION, EXCEPT or
+    INTERSECT."""
+    if text.count("(", first, start) > text.count(")", first, start):
+        return False
+    return _SET_OP.search(text, first, start) is None
 
 
 def _one_statement(sql: str) -> str:

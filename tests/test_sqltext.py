@@ -23,6 +23,19 @@ from sqlweave.sqltext import extract_sql
         ("SELECT a FROM t WHERE b > 1 [[ ## completed ## ]]", "SELECT a FROM t WHERE b > 1"),
         ("SELECT a FROM t[[ ## completed ## ]]", "SELECT a FROM t"),
         ("I cannot answer that.", ""),
+        # prose that says "select" or "with" before the query (found by tests/test_properties.py)
+        ("To select the singers, run:\nSELECT name FROM singer", "SELECT name FROM singer"),
+        ("Answer with this query: SELECT 1;", "SELECT 1"),
+        ("SELECT a FROM t WHERE b = 'x;y'; SELECT 2", "SELECT a FROM t WHERE b = 'x;y'"),
+        # a query sqlglot cannot parse keeps its subqueries and its UNION's right side
+        (
+            "SELECT a FROM t WHERE x === 1 UNION SELECT b FROM u",
+            "SELECT a FROM t WHERE x === 1 UNION SELECT b FROM u",
+        ),
+        (
+            "SELECT a FROM t WHERE x === (SELECT b FROM u)",
+            "SELECT a FROM t WHERE x === (SELECT b FROM u)",
+        ),
         ("", ""),
         (None, ""),
     ],
