@@ -27,7 +27,8 @@ class Result(dspy.Prediction):
     the calibrated probability that the answer is right (:mod:`sqlweave.programs.stages.confidence`; None when
     not judged), ``low_confidence`` when it is under the shipped threshold, ``alternatives``:
     the other readings among the candidates (dicts of ``sql``, ``columns``, ``rows``,
-    ``share``). ``steps`` holds the program's other outputs, ``prediction`` the program's own
+    ``share``), ``caveats``: sentences on what the query says that the question does not
+    (:mod:`sqlweave.caveats`; numbers it never states). ``steps`` holds the program's other outputs, ``prediction`` the program's own
     ``dspy.Prediction``."""
 
     @property
@@ -93,6 +94,18 @@ def _judged(
     }
 
 
+def _caveats(question: str, sql: str, database: Database) -> list[str]:
+    """What the query says that the question does not (:mod:`sqlweave.caveats`); advice, so a
+    failure to read the query leaves none rather than failing the answer."""
+    from sqlweave.caveats import caveats
+
+    try:
+        return caveats(question, sql, database.dialect) if sql else []
+    except Exception:  # noqa: BLE001 - a caveat is advice; the answer stands without it
+        logger.debug("could not read the query for caveats", exc_info=True)
+        return []
+
+
 class CompiledProgram(dspy.Module):
     """A program plus its provenance; calling it answers with SQL *and* the SQL's result."""
 
@@ -140,6 +153,7 @@ class CompiledProgram(dspy.Module):
             sql=sql,
             **_run_sql(sql, database, max_rows, timeout_s),
             **judged,
+            caveats=_caveats(question, sql, database),
             steps=steps,
             prediction=pred,
         )

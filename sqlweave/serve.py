@@ -160,8 +160,8 @@ def _error_json(error: Any) -> dict[str, str]:
 
 def answer_json(result: Any, db: str, seconds: float, max_rows: int) -> dict[str, Any]:
     """The ``POST /ask`` body for a :class:`~sqlweave.api.Result`. ``confidence``,
-    ``low_confidence`` and ``alternatives`` are the program's own (null, null and [] where it
-    gives none)."""
+    ``low_confidence``, ``alternatives`` and ``caveats`` are the program's own (null, null, []
+    and [] where it gives none)."""
     error = result.get("error")
     rows, cut = _rows(result.get("rows"), max_rows)
     alternatives = result.get("alternatives") or []
@@ -174,6 +174,7 @@ def answer_json(result: Any, db: str, seconds: float, max_rows: int) -> dict[str
         "confidence": _confidence(result.get("confidence")),
         "low_confidence": _low(result),
         "alternatives": [_alternative(a, max_rows) for a in alternatives],
+        "caveats": [str(c) for c in result.get("caveats") or []],
         "timing": {"seconds": round(seconds, 4)},
         "db": db,
     }

@@ -110,6 +110,7 @@ def test_ask_json(dummy_model: dict, demo_concert_db: Path) -> None:
         "error": None,
         "low_confidence": confidence < packaged_threshold(),
         "alternatives": [],
+        "caveats": [],
     }
     dummy_model["lm"] = DummyLM([{"sql": "SELECT zzzq FROM nowhere_table"}])
     result = runner.invoke(app, ["ask", "Names?", "--db", str(demo_concert_db), "--json"])

@@ -36,14 +36,16 @@ from sqlweave.programs import get  # noqa: E402
 from sqlweave.serve import create_app  # noqa: E402
 
 SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "img" / "serve.png"
-SQL = "SELECT Name, Country, Age FROM singer ORDER BY Age DESC"
+SQL = "SELECT Name, Country, Age FROM singer WHERE Age > 30 ORDER BY Age DESC"
 ALT = "SELECT Name, Country, Age FROM singer ORDER BY Age ASC"
 QUESTION = "Who are the singers, oldest first?"
+CAVEAT = "the query uses 30, a number the question does not state"  # the program's own
 
 
 class Unsure(CompiledProgram):
     """Answers with a confidence under the shipped threshold and one alternative (the page's
-    badge and alternatives need something to show)."""
+    badge and alternatives need something to show); its SQL's ``30``, which the question never
+    states, gives the caveat."""
 
     def forward(self, question: str, db: Any = None, **kwargs: Any) -> Any:
         result = super().forward(question, db=db, **kwargs)
@@ -87,7 +89,8 @@ def test_the_page_asks_and_shows_the_answer_in_chromium(tmp_path: Path) -> None:
     assert _text(dom, "confidence") == "42%"
     assert re.search(r'id="unsure"(?![^>]*hidden)', dom), "the not-sure badge is hidden"
     assert html.escape(ALT) in dom and "33% of the samples" in dom
-    assert "6 rows" in dom
+    assert re.search(r'id="caveats"(?![^>]*hidden)', dom) and f"check: {CAVEAT}" in dom
+    assert "4 rows" in dom
     # The schema browser lists the tables and their columns.
     assert "<summary>singer (7)</summary>" in dom and ">Singer_ID<" in dom
     assert _text(dom, "timing").endswith(" s on concert_singer")

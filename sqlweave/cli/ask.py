@@ -72,9 +72,12 @@ def ask(
 
 
 def print_confidence(result: Any, max_rows: int) -> None:
-    """The answer's confidence and, when it is low, the other readings (SQL and first rows)."""
+    """What to check in the answer (its caveats), its confidence and, when that is low, the
+    other readings (SQL and first rows)."""
     from sqlweave.db import QueryResult
 
+    for caveat in result.get("caveats") or []:
+        typer.secho(f"check: {caveat}", fg=typer.colors.YELLOW)
     confidence = result.get("confidence")
     if confidence is None:
         return
@@ -107,4 +110,5 @@ def answer_json(result: Any, max_rows: int) -> dict[str, Any]:
         "confidence": result.get("confidence"),
         "low_confidence": result.get("low_confidence"),
         "alternatives": list(result.get("alternatives") or []),
+        "caveats": [str(c) for c in result.get("caveats") or []],
     }
