@@ -113,3 +113,30 @@ def test_serve_answers_with_the_caveats(tmp_path: Path) -> None:
     with TestClient(app_, base_url="http://127.0.0.1") as client:
         body = client.post("/ask", json={"question": QUESTION}).json()
     assert body["caveats"] == ["the query uses 5000000, a number the question does not state"]
+
+
+def test_a_caveat_shows_the_other_readings_even_when_sure(
+    lm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sure answer with something to check prints the other readings too: the right one is
+    often among them (the smoke that prompted caveats had it second)."""
+    from sqlweave.programs.stages import confidence
+
+    real = confidence.assess
+
+    def sure(*args: Any, **kwargs: Any) -> Any:
+        judged = real(*args, **kwargs)
+        alt = confidence.Reading(RIGHT, ("Name",), (("Germany",),), 0.25)
+        return confidence.Assessment(0.95, False, judged.features, (alt,))
+
+    monkeypatch.setattr(confidence, "assess", sure)
+    out = runner.invoke(app, ["ask", QUESTION, "--db", str(WORLD), "--program", "direct"]).output
+    assert "confidence: 95%" in out and "not sure" not in out
+    assert f"other reading 1 (25% of the candidates): {RIGHT}" in out
+    lm["lm"] = DummyLM({"": {"sql": RIGHT}})
+    assert (
+        "other reading"
+        not in runner.invoke(
+            app, ["ask", QUESTION, "--db", str(WORLD), "--program", "direct"]
+        ).output
+    )

@@ -72,8 +72,8 @@ def ask(
 
 
 def print_confidence(result: Any, max_rows: int) -> None:
-    """What to check in the answer (its caveats), its confidence and, when that is low, the
-    other readings (SQL and first rows)."""
+    """What to check in the answer (its caveats), its confidence and, when that is low or there
+    is something to check, the other readings (SQL and first rows)."""
     from sqlweave.db import QueryResult
 
     for caveat in result.get("caveats") or []:
@@ -86,7 +86,7 @@ def print_confidence(result: Any, max_rows: int) -> None:
         f"confidence: {100 * confidence:.0f}%" + (" (not sure)" if low else ""),
         fg=typer.colors.YELLOW if low else None,
     )
-    if not low:
+    if not low and not result.get("caveats"):
         return
     for i, alt in enumerate(result.get("alternatives") or [], 1):
         typer.echo(f"other reading {i} ({100 * alt['share']:.0f}% of the candidates): {alt['sql']}")
