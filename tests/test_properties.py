@@ -565,6 +565,69 @@ def test_the_official_transcription_can_tell_both_ways() -> None:
     assert not _official_result_eq(gold, [("b", 2), ("a", 1)], True)
 
 
+#: Pieces of queries over ``singer`` where the official preparation and comparison are easy to
+#: get wrong: DISTINCT, spaced operators, ORDER BY written in a string or a comment, NULLs, a
+#: second statement, duplicates, column order.
+COLUMNS = st.sampled_from(
+    ["Name", "Country", "Age", "Is_male", "Song_release_year", "Name, Age", "Age, Name",
+     "Country, Is_male", "count(*)", "avg(Age)", "max(Age), Country", "NULL", "Age * 1.0"]
+)  # fmt: skip
+CONDITIONS = st.sampled_from(
+    ["", " WHERE Age > 30", " WHERE Age > = 30", " WHERE Age ! = 52", " WHERE Country = 'France'",
+     " WHERE Name = 'order by'", " WHERE Age < 0", " /* order by */ WHERE Age < 45",
+     " WHERE Song_release_year IS NULL"]
+)  # fmt: skip
+ENDINGS = st.sampled_from(
+    ["", " ORDER BY Age", " ORDER BY Age DESC", " ORDER  BY Name", " GROUP BY Country",
+     " GROUP BY Country ORDER BY count(*) DESC", " LIMIT 3", " ORDER BY Age LIMIT 2", "; SELECT 1",
+     " -- order by Age"]
+)  # fmt: skip
+
+
+@st.composite
+def singer_queries(
+    draw: st.DrawFn, columns: str | None = None, condition: str | None = None
+) -> str:
+    distinct = draw(st.sampled_from(["", "DISTINCT ", "distinct "]))
+    columns = draw(COLUMNS) if columns is None else columns
+    condition = draw(CONDITIONS) if condition is None else condition
+    return f"SELECT {distinct}{columns} FROM singer{condition}{draw(ENDINGS)}"
+
+
+@st.composite
+def query_pairs(draw: st.DrawFn) -> tuple[str, str]:
+    """(pred, gold): half the time two queries of their own, else the same columns and
+    condition with their own DISTINCT and ending, where ordering and duplicates decide."""
+    if draw(st.booleans()):
+        return draw(singer_queries()), draw(singer_queries())
+    columns, condition = draw(COLUMNS), draw(CONDITIONS)
+    return draw(singer_queries(columns, condition)), draw(singer_queries(columns, condition))
+
+
+@settings(SETTINGS, max_examples=600)
+@given(query_pairs())
+def test_spider_ex_is_the_official_procedure_end_to_end(pair: tuple[str, str]) -> None:
+    """:func:`~sqlweave.metrics.check_execution` with the Spider semantics against the official
+    procedure run literally (``experiments/bench_eval.py``'s reference: the operator repair,
+    sqlparse's first statement without DISTINCT, "order by" looked for in the gold's text, a
+    fresh sqlite3 connection, ``result_eq``), on pairs of made-up queries over one database."""
+    pytest.importorskip("sqlparse")
+    import random
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    from bench_eval import ref_spider
+
+    from sqlweave.metrics import check_execution
+
+    pred, gold = pair
+    official, gold_failed = ref_spider(pred, gold, str(DEMO_CONCERT_DB), random.Random(0))
+    assume(not gold_failed)  # a gold that fails is refused before scoring (GoldQueryError)
+    with Database.open(DEMO_CONCERT_DB) as db:
+        ours = check_execution(pred, gold, db, "spider").correct
+    assert ours == official, (pred, gold)
+
+
 # --- the reported p and interval -----------------------------------------------------------------
 
 
