@@ -628,6 +628,26 @@ def test_spider_ex_is_the_official_procedure_end_to_end(pair: tuple[str, str]) -
     assert ours == official, (pred, gold)
 
 
+@settings(SETTINGS, max_examples=300)
+@given(query_pairs())
+def test_bird_ex_is_the_official_procedure_end_to_end(pair: tuple[str, str]) -> None:
+    """The same for BIRD's ``evaluation.py``: both run on one connection, ``set(pred) ==
+    set(gold)``, any exception a miss."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    from bench_eval import ref_bird
+
+    from sqlweave.metrics import check_execution
+
+    pred, gold = pair
+    official, gold_failed = ref_bird(pred, gold, str(DEMO_CONCERT_DB))
+    assume(not gold_failed)
+    with Database.open(DEMO_CONCERT_DB) as db:
+        ours = check_execution(pred, gold, db, "bird").correct
+    assert ours == official, (pred, gold)
+
+
 # --- the reported p and interval -----------------------------------------------------------------
 
 
