@@ -253,6 +253,42 @@ def test_no_disguised_write_changes_postgres(pg_roles: dict[str, str]) -> None: 
     assert not pwned, pwned
 
 
+# --- a capped result says it is capped ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "duckdb"])
+def test_a_capped_result_holds_the_first_rows_and_says_so(tmp_path: Path, engine: str) -> None:
+    """Any row cap: the rows are the query's first ``max_rows`` (in its order) and
+    ``truncated`` is true exactly when there were more."""
+    path = _writable_copy(tmp_path / "db")
+    if engine == "duckdb":
+        pytest.importorskip("duckdb_engine")
+        from sqlweave.transfer import copy_sqlite_to_duckdb
+
+        url = f"duckdb:///{copy_sqlite_to_duckdb(path, tmp_path / 'duck' / 'c.duckdb')}"
+    else:
+        url = str(path)
+    with Database.open(url) as db:
+        full = {
+            sql: db.execute(sql, max_rows=None, use_cache=False).rows
+            for sql in (
+                "SELECT Name FROM singer ORDER BY Age, Name",
+                "SELECT Name, Country FROM singer WHERE Age > 30 ORDER BY Name",
+                "SELECT Country, count(*) FROM singer GROUP BY Country ORDER BY Country",
+                "SELECT Name FROM singer WHERE Age < 0",
+            )
+        }
+
+        @settings(SETTINGS, max_examples=60)
+        @given(st.sampled_from(sorted(full)), st.integers(0, 9))
+        def check(sql: str, cap: int) -> None:
+            result = db.execute(sql, max_rows=cap, use_cache=False)
+            assert result.rows == full[sql][:cap]
+            assert result.truncated == (len(full[sql]) > cap)
+
+        check()
+
+
 # --- the API never fails on its input ------------------------------------------------------------
 
 JSON = st.recursive(
