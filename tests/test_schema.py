@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -352,6 +353,85 @@ def test_superhero_descriptions_render(data_root: Path) -> None:
         in columns
     )
     assert len(schema.tables) == 10
+
+
+#: SQLite's documented keywords (sqlite.org/lang_keywords.html); the three dialects' tokenizer
+#: keywords are added from sqlglot below.
+SQLITE_KEYWORDS = """abort action add after all alter always analyze and as asc attach
+autoincrement before begin between by cascade case cast check collate column commit conflict
+constraint create cross current current_date current_time current_timestamp database default
+deferrable deferred delete desc detach distinct do drop each else end escape except exclude
+exclusive exists explain fail filter first following for foreign from full generated glob group
+groups having if ignore immediate in index indexed initially inner insert instead intersect into
+is isnull join key last left like limit match materialized natural no not nothing notnull null
+nulls of offset on or order others outer over partition plan pragma preceding primary query
+raise range recursive references regexp reindex release rename replace restrict returning right
+rollback row rows savepoint select set table temp temporary then ties to transaction trigger
+unbounded union unique update using vacuum values view virtual when where window with
+without""".split()
+
+
+def _keywords() -> list[str]:
+    from sqlglot.dialects.dialect import Dialect
+
+    words = set(SQLITE_KEYWORDS)
+    for dialect in ("sqlite", "duckdb", "postgres"):
+        tokenizer = Dialect.get_or_raise(dialect).tokenizer_class
+        words |= {k.lower() for k in tokenizer.KEYWORDS if k.isalpha()}
+    return sorted(words)
+
+
+def _sweep(run: Any, cases: bool = True) -> list[str]:
+    """The keywords that ``ident`` writes so that the engine behind ``run`` cannot read them as
+    a column of a table itself named by the keyword (both written by ``ident``); with
+    ``cases``, each also in upper case and capitalised."""
+    broken = []
+    for i, word in enumerate(_keywords()):
+        variants = (word, word.upper(), word.capitalize()) if cases else (word,)
+        for j, name in enumerate(variants):
+            table = name if j == 0 else f"t{i}_{j}"  # the keyword itself names a table once
+            try:
+                run(f"CREATE TABLE {quote(table)} ({quote(name)} INTEGER)")
+                run(f"SELECT {ident(name)} FROM {ident(table)} WHERE {ident(name)} IS NULL")
+            except Exception:  # noqa: BLE001 - the engine's own error type: the word broke it
+                broken.append(name)
+    return broken
+
+
+def test_ident_writes_every_keyword_so_sqlite_and_duckdb_read_it() -> None:
+    conn = sqlite3.connect(":memory:")
+    assert _sweep(conn.execute) == []
+    duckdb = pytest.importorskip("duckdb")
+    assert _sweep(duckdb.connect().execute) == []
+
+
+@pytest.mark.postgres
+def test_ident_writes_every_keyword_so_postgres_reads_it() -> None:
+    url = os.environ.get("SQLWEAVE_PG_URL")
+    if not url:
+        pytest.skip('SQLWEAVE_PG_URL is not set (run: eval "$(.ci/postgres.sh)")')
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.connect() as conn:
+        conn.exec_driver_sql("BEGIN")
+        try:
+
+            def run(sql: str) -> None:
+                conn.exec_driver_sql("SAVEPOINT s")
+                try:
+                    conn.exec_driver_sql(sql.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
+                except Exception:
+                    conn.exec_driver_sql("ROLLBACK TO SAVEPOINT s")
+                    raise
+                conn.exec_driver_sql("RELEASE SAVEPOINT s")
+
+            # lower case only: PostgreSQL folds a bare name to lower case, so "ABORT" bare is
+            # abort whatever ident does; the layouts that show such names quote every one
+            assert _sweep(run, cases=False) == []
+        finally:
+            conn.exec_driver_sql("ROLLBACK")
+    engine.dispose()
 
 
 def test_spider_names_with_spaces_are_quoted(data_root: Path) -> None:
