@@ -53,9 +53,10 @@ def render_foreign_keys(schema: Schema) -> str:
     The paper's prompt lists tables and columns only; join paths are an opt-in switch because a
     small model guesses joins badly without them.
     """
+    dialect = schema.dialect
     return "\n".join(
-        f"# {ident(fk.table)}({ident(fk.column)}) REFERENCES "
-        f"{ident(fk.ref_table)}({ident(fk.ref_column)})"
+        f"# {ident(fk.table, dialect)}({ident(fk.column, dialect)}) REFERENCES "
+        f"{ident(fk.ref_table, dialect)}({ident(fk.ref_column, dialect)})"
         for fk in schema.foreign_keys
     )
 

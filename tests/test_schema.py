@@ -211,6 +211,56 @@ def test_ident_quotes_only_when_needed() -> None:
     assert ident('we"ird') == '"we""ird"'
 
 
+def test_postgres_names_with_capitals_are_quoted_where_a_bare_name_would_fold() -> None:
+    assert ident("FullName", "postgres") == '"FullName"'
+    assert ident("full_name", "postgres") == "full_name"
+    assert ident("FullName") == ident("FullName", "duckdb") == "FullName"  # no folding there
+
+
+@pytest.mark.postgres
+def test_every_layout_names_a_mixed_case_postgres_table_so_it_runs() -> None:
+    """A PostgreSQL table an ORM made (``"People"."FullName"``): the names each layout shows
+    are the names a query must use, so the query the model copies from the prompt runs."""
+    url = os.environ.get("SQLWEAVE_PG_URL")
+    if not url:
+        pytest.skip('SQLWEAVE_PG_URL is not set (run: eval "$(.ci/postgres.sh)")')
+    import re
+
+    import sqlalchemy as sa
+
+    from sqlweave.transfer import search_path_url
+
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.connect() as conn:
+        conn.exec_driver_sql("DROP SCHEMA IF EXISTS camel_case CASCADE")
+        conn.exec_driver_sql("CREATE SCHEMA camel_case")
+        conn.exec_driver_sql(
+            'CREATE TABLE camel_case."People" ("PersonId" int PRIMARY KEY, "FullName" text)'
+        )
+        conn.exec_driver_sql("INSERT INTO camel_case.\"People\" VALUES (1, 'Ann')")
+        conn.commit()
+    try:
+        with Database.open(search_path_url(url, "camel_case")) as db:
+            schema = introspect(db)
+            for render in (
+                render_ddl,
+                render_ddl_with_rows,
+                render_pet,
+                render_compact,
+                render_columns,
+            ):
+                text = render(schema)
+                table = '"People"' if '"People"' in text else "People"
+                column = '"FullName"' if '"FullName"' in text else "FullName"
+                assert re.search(r'(?<![\w"])People(?![\w"])', text) is None, (render, text)
+                assert db.execute(f"SELECT {column} FROM {table}").rows == (("Ann",),)
+    finally:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("DROP SCHEMA camel_case CASCADE")
+            conn.commit()
+        engine.dispose()
+
+
 # --- renderers -------------------------------------------------------------------------------------
 
 

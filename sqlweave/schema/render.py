@@ -9,9 +9,10 @@ linked (pruned) schemas.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlweave.schema.model import Column, Schema, SubsetSpec, Table, _apply
@@ -68,12 +69,23 @@ _RESERVED = frozenset(
 )
 
 
-def ident(name: str) -> str:
+def ident(name: str, dialect: str = "sqlite") -> str:
     """An identifier as it must be written in SQL: bare when it can be, double-quoted otherwise
-    (Spider has columns such as ``Home Town`` and ``order``)."""
-    if _SIMPLE_NAME.match(name) and name.lower() not in _RESERVED:
+    (Spider has columns such as ``Home Town`` and ``order``). On PostgreSQL a bare name means
+    its lower-case form, so a name with a capital letter (``"FullName"``, as ORMs create them)
+    is quoted there too."""
+    if (
+        _SIMPLE_NAME.match(name)
+        and name.lower() not in _RESERVED
+        and (dialect != "postgres" or name == name.lower())
+    ):
         return name
     return quote(name)
+
+
+def _namer(schema: Schema) -> Callable[[str], str]:
+    """:func:`ident` for the names of ``schema``'s database (its dialect's quoting rules)."""
+    return functools.partial(ident, dialect=schema.dialect)
 
 
 DDL_LAYOUTS = ("compact", "pretty")
@@ -142,26 +154,27 @@ def _create_table(
     descriptions: bool,
     layout: str = DDL_LAYOUT,
 ) -> str:
+    nm = _namer(schema)
     _check_layout(layout)
     if layout == "compact" and not (descriptions and any(_describe(c) for c in table.columns)):
         return _create_table_compact(schema, table, include_pk, include_fks)
     items: list[tuple[str, str]] = []  # (definition, trailing comment)
     for col in table.columns:
-        definition = f"{ident(col.name)} {col.type}".rstrip()
+        definition = f"{nm(col.name)} {col.type}".rstrip()
         items.append((definition, _describe(col) if descriptions else ""))
     if include_pk and table.primary_key:
-        items.append((f"PRIMARY KEY ({', '.join(ident(k) for k in table.primary_key)})", ""))
+        items.append((f"PRIMARY KEY ({', '.join(nm(k) for k in table.primary_key)})", ""))
     if include_fks:
         for fk in schema.foreign_keys:
             if fk.table == table.name:
                 items.append(
                     (
-                        f"FOREIGN KEY ({ident(fk.column)}) REFERENCES "
-                        f"{ident(fk.ref_table)}({ident(fk.ref_column)})",
+                        f"FOREIGN KEY ({nm(fk.column)}) REFERENCES "
+                        f"{nm(fk.ref_table)}({nm(fk.ref_column)})",
                         "",
                     )
                 )
-    lines = [f"CREATE TABLE {ident(table.name)} ("]
+    lines = [f"CREATE TABLE {nm(table.name)} ("]
     for i, (definition, comment) in enumerate(items):
         comma = "," if i < len(items) - 1 else ""
         lines.append(f"  {definition}{comma}" + (f" -- {comment}" if comment else ""))
@@ -183,6 +196,7 @@ def render_ddl_with_rows(
     """DDL, each table followed by up to ``rows`` sample rows as CSV in a comment (Dubo-SQL v1,
     which shows up to 5 rows and drops primary keys: ``include_pk=False``). ``layout`` as in
     :func:`render_ddl`."""
+    nm = _namer(schema)
     _check_layout(layout)
     schema = _apply(schema, subset)
     blocks = []
@@ -196,7 +210,7 @@ def render_ddl_with_rows(
             for row in sample:
                 writer.writerow([_plain(v, max_chars) for v in row])
             block += (
-                f"\n/*\n{len(sample)} example rows from table {ident(table.name)}:\n"
+                f"\n/*\n{len(sample)} example rows from table {nm(table.name)}:\n"
                 f"{buffer.getvalue()}*/"
             )
         blocks.append(block)
@@ -228,12 +242,13 @@ def render_pet(
     ``values_per_column`` rows of each table column-wise as ``# table(col[v1,v2,v3], …);``;
     then, with ``include_fks`` (FK), ``# t(col) REFERENCES t2(col);`` lines.
     """
+    nm = _namer(schema)
     schema = _apply(schema, subset)
     label = DIALECT_LABELS.get(schema.dialect, schema.dialect)
     lines = [f"### {label} SQL tables, with their properties:", "#"]
     for table in schema.tables:
-        cols = ", ".join(ident(c.name) for c in table.columns)
-        lines.append(f"# {ident(table.name)}({cols});")
+        cols = ", ".join(nm(c.name) for c in table.columns)
+        lines.append(f"# {nm(table.name)}({cols});")
     lines.append("#")
     if include_values and values_per_column > 0:
         lines += ["### Here is some data information about database references.", "#"]
@@ -242,16 +257,15 @@ def render_pet(
             if not rows:
                 continue  # an empty table has nothing to show, and `col[]` would only confuse
             cols = ", ".join(
-                f"{ident(c.name)}[{','.join(_plain(r[i], max_chars) for r in rows)}]"
+                f"{nm(c.name)}[{','.join(_plain(r[i], max_chars) for r in rows)}]"
                 for i, c in enumerate(table.columns)
             )
-            lines.append(f"# {ident(table.name)}({cols});")
+            lines.append(f"# {nm(table.name)}({cols});")
         lines.append("#")
     if include_fks and schema.foreign_keys:
         lines += [f"### Foreign key information of {label} tables, used for table joins:", "#"]
         lines += [
-            f"# {ident(fk.table)}({ident(fk.column)}) REFERENCES "
-            f"{ident(fk.ref_table)}({ident(fk.ref_column)});"
+            f"# {nm(fk.table)}({nm(fk.column)}) REFERENCES {nm(fk.ref_table)}({nm(fk.ref_column)});"
             for fk in schema.foreign_keys
         ]
         lines.append("#")
@@ -271,6 +285,7 @@ def render_compact(
     :meth:`sqlweave.values.ValueIndex.retrieve`; they print as SQL literals after the column:
     ``# singer(name ['Joe Sharp'], age)``.
     """
+    nm = _namer(schema)
     schema = _apply(schema, subset)
     lookup = {(t.lower(), c.lower()): v for (t, c), v in (values or {}).items()}
     lines = []
@@ -280,10 +295,10 @@ def render_compact(
             found = lookup.get((table.name.lower(), col.name.lower()))
             if found:
                 shown = ", ".join(_literal(v, max_chars) for v in found)
-                parts.append(f"{ident(col.name)} [{shown}]")
+                parts.append(f"{nm(col.name)} [{shown}]")
             else:
-                parts.append(ident(col.name))
-        lines.append(f"# {ident(table.name)}({', '.join(parts)})")
+                parts.append(nm(col.name))
+        lines.append(f"# {nm(table.name)}({', '.join(parts)})")
     return "\n".join(lines)
 
 
@@ -301,11 +316,12 @@ def render_columns(
 
     Primary keys are marked, and foreign keys follow as ``table.col = table2.col`` lines.
     """
+    nm = _namer(schema)
     schema = _apply(schema, subset)
     lines = []
     for table in schema.tables:
         for col in table.columns:
-            head = f"{ident(table.name)}.{ident(col.name)}"
+            head = f"{nm(table.name)}.{nm(col.name)}"
             tags = [col.type] if col.type else []
             if col.name in table.primary_key:
                 tags.append("primary key")
@@ -322,7 +338,7 @@ def render_columns(
     if include_fks and schema.foreign_keys:
         lines.append("Foreign keys:")
         lines += [
-            f"{ident(fk.table)}.{ident(fk.column)} = {ident(fk.ref_table)}.{ident(fk.ref_column)}"
+            f"{nm(fk.table)}.{nm(fk.column)} = {nm(fk.ref_table)}.{nm(fk.ref_column)}"
             for fk in schema.foreign_keys
         ]
     return "\n".join(lines)
