@@ -217,21 +217,29 @@ def test_postgres_names_with_capitals_are_quoted_where_a_bare_name_would_fold() 
     assert ident("FullName") == ident("FullName", "duckdb") == "FullName"  # no folding there
 
 
-@pytest.mark.postgres
-def test_every_layout_names_a_mixed_case_postgres_table_so_it_runs() -> None:
-    """A PostgreSQL table an ORM made (``"People"."FullName"``): the names each layout shows
-    are the names a query must use, so the query the model copies from the prompt runs."""
+@pytest.fixture
+def pg_engine() -> Any:
+    """A SQLAlchemy engine on the loopback PostgreSQL of ``.ci/postgres.sh`` (skipped without)."""
     url = os.environ.get("SQLWEAVE_PG_URL")
     if not url:
         pytest.skip('SQLWEAVE_PG_URL is not set (run: eval "$(.ci/postgres.sh)")')
-    import re
-
     import sqlalchemy as sa
+
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    yield engine
+    engine.dispose()
+
+
+@pytest.mark.postgres
+def test_every_layout_names_a_mixed_case_postgres_table_so_it_runs(pg_engine: Any) -> None:
+    """A PostgreSQL table an ORM made (``"People"."FullName"``): the names each layout shows
+    are the names a query must use, so the query the model copies from the prompt runs."""
+    import re
 
     from sqlweave.transfer import search_path_url
 
-    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
-    with engine.connect() as conn:
+    url = os.environ["SQLWEAVE_PG_URL"]
+    with pg_engine.connect() as conn:
         conn.exec_driver_sql("DROP SCHEMA IF EXISTS camel_case CASCADE")
         conn.exec_driver_sql("CREATE SCHEMA camel_case")
         conn.exec_driver_sql(
@@ -255,10 +263,9 @@ def test_every_layout_names_a_mixed_case_postgres_table_so_it_runs() -> None:
                 assert re.search(r'(?<![\w"])People(?![\w"])', text) is None, (render, text)
                 assert db.execute(f"SELECT {column} FROM {table}").rows == (("Ann",),)
     finally:
-        with engine.connect() as conn:
+        with pg_engine.connect() as conn:
             conn.exec_driver_sql("DROP SCHEMA camel_case CASCADE")
             conn.commit()
-        engine.dispose()
 
 
 # --- renderers -------------------------------------------------------------------------------------
@@ -456,14 +463,8 @@ def test_ident_writes_every_keyword_so_sqlite_and_duckdb_read_it() -> None:
 
 
 @pytest.mark.postgres
-def test_ident_writes_every_keyword_so_postgres_reads_it() -> None:
-    url = os.environ.get("SQLWEAVE_PG_URL")
-    if not url:
-        pytest.skip('SQLWEAVE_PG_URL is not set (run: eval "$(.ci/postgres.sh)")')
-    import sqlalchemy as sa
-
-    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
-    with engine.connect() as conn:
+def test_ident_writes_every_keyword_so_postgres_reads_it(pg_engine: Any) -> None:
+    with pg_engine.connect() as conn:
         conn.exec_driver_sql("BEGIN")
         try:
 
@@ -481,7 +482,6 @@ def test_ident_writes_every_keyword_so_postgres_reads_it() -> None:
             assert _sweep(run, cases=False) == []
         finally:
             conn.exec_driver_sql("ROLLBACK")
-    engine.dispose()
 
 
 def test_spider_names_with_spaces_are_quoted(data_root: Path) -> None:
