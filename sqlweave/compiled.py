@@ -28,8 +28,8 @@ class Result(dspy.Prediction):
     not judged), ``low_confidence`` when it is under the shipped threshold, ``alternatives``:
     the other readings among the candidates (dicts of ``sql``, ``columns``, ``rows``,
     ``share``), ``caveats``: sentences on what the query says that the question does not
-    (:mod:`sqlweave.caveats`; numbers it never states). ``steps`` holds the program's other outputs, ``prediction`` the program's own
-    ``dspy.Prediction``."""
+    (:mod:`sqlweave.caveats`; numbers it never states). ``steps`` holds the program's other
+    outputs, ``prediction`` the program's own ``dspy.Prediction``."""
 
     @property
     def ok(self) -> bool:

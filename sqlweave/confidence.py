@@ -18,6 +18,7 @@ re-executes its candidates read-only, is :mod:`sqlweave.programs.stages.confiden
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -104,7 +105,7 @@ def _packaged() -> dict[str, Any]:
 def packaged_card() -> dict[str, Any]:
     """The shipped file as stored: its models, threshold and provenance (where each model was
     fitted, on how many answers, its out-of-fold figures); ``inspect`` prints it."""
-    return json.loads(json.dumps(_packaged()))
+    return copy.deepcopy(_packaged())  # a copy: the cached file stays as read
 
 
 def packaged_calibrators() -> dict[str, Calibrator]:

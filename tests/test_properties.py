@@ -17,7 +17,7 @@ hand-picked cases of ``test_attacks.py``, ``test_serve.py`` and ``test_metrics*.
 * **EX is the official verdict**: the text the official Spider scoring runs (``sqlparse``'s
   first statement without DISTINCT) is what :func:`~sqlweave.metrics.remove_distinct` gives,
   and :func:`sqlweave.metrics.results_match` with the Spider semantics gives the official
-  test-suite ``result_eq``'s verdict (transcribed below) on any pair of small results,
+  test-suite ``result_eq``'s verdict (:mod:`sqlweave.official`) on any pair of small results,
   including values that are equal but print differently.
 
 Every run draws the same examples (``derandomize``): a property test in CI must not be flaky.
@@ -26,12 +26,12 @@ Every run draws the same examples (``derandomize``): a property test in CI must 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
+import random
 import re
 import shutil
 import string
-from collections import Counter
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_attacks import pg_roles  # noqa: F401 - the fixture: the copied database's role URLs
 
+from sqlweave import official
 from sqlweave.db import Database, ExecutionError, QueryResult
 from sqlweave.metrics import results_match
 from sqlweave.sqltext import extract_sql
@@ -190,8 +191,8 @@ PG_WRITES = (
     "CREATE TABLE t AS SELECT * FROM singer",
     "CREATE UNLOGGED TABLE t (x int)",
     "ALTER TABLE singer ADD COLUMN x int",
-    "COPY singer TO '/tmp/sqlweave_property_pwned.csv'",
-    "COPY singer FROM '/etc/hostname'",
+    f"COPY singer TO '{Path(tempfile.gettempdir()) / 'sqlweave_property_pwned.csv'}'",
+    f"COPY singer FROM '{Path(tempfile.gettempdir()) / 'sqlweave_property_in.csv'}'",
     "DO $$ BEGIN DELETE FROM singer; END $$",
     "GRANT ALL ON singer TO PUBLIC",
     "COMMENT ON TABLE singer IS 'x'",
@@ -249,7 +250,8 @@ def test_no_disguised_write_changes_postgres(pg_roles: dict[str, str]) -> None: 
         assert {k: (v, after.get(k)) for k, v in before.items() if after.get(k) != v} == {}
     finally:
         watcher.dispose()
-    pwned = [p for p in Path("/tmp").iterdir() if p.name.lower().startswith("sqlweave_property")]
+    temp = Path(tempfile.gettempdir())
+    pwned = [p for p in temp.iterdir() if p.name.lower().startswith("sqlweave_property")]
     assert not pwned, pwned
 
 
@@ -487,39 +489,6 @@ def test_malformed_examples_from_python_are_a_data_error(items: list[Any]) -> No
 # --- EX is the official verdict ------------------------------------------------------------------
 
 
-def _official_quick_rej(result1: list, result2: list, order_matters: bool) -> bool:
-    s1 = [tuple(sorted(row, key=lambda x: str(x) + str(type(x)))) for row in result1]
-    s2 = [tuple(sorted(row, key=lambda x: str(x) + str(type(x)))) for row in result2]
-    return s1 == s2 if order_matters else set(s1) == set(s2)
-
-
-def _official_result_eq(result1: list, result2: list, order_matters: bool) -> bool:
-    """test-suite-sql-eval's ``result_eq`` (gold first), for results of at most three columns,
-    where it tries every column permutation (it prunes at random only above three)."""
-    if len(result1) == 0 and len(result2) == 0:
-        return True
-    if len(result1) != len(result2):
-        return False
-    num_cols = len(result1[0])
-    if len(result2[0]) != num_cols:
-        return False
-    if not _official_quick_rej(result1, result2, order_matters):
-        return False
-    for perm in itertools.product(range(num_cols), repeat=num_cols):
-        if len(perm) != len(set(perm)):
-            continue
-        if num_cols == 1:
-            result2_perm = result2
-        else:
-            result2_perm = [tuple(row[perm[i]] for i in range(num_cols)) for row in result2]
-        if order_matters:
-            if result1 == result2_perm:
-                return True
-        elif set(result1) == set(result2_perm) and Counter(result1) == Counter(result2_perm):
-            return True
-    return False
-
-
 #: Values that meet in real results: equal ones that print differently (1, 1.0, True; 0.0,
 #: -0.0), text that looks like a number, NULL.
 VALUES = st.sampled_from([0, 1, 2, 1.0, 0.0, -0.0, 2.5, True, "1", "a", "b", "", None])
@@ -562,7 +531,7 @@ def result_pairs(draw: st.DrawFn) -> tuple[list[tuple], list[tuple], bool]:
 @given(result_pairs())
 def test_spider_ex_is_the_official_result_eq(pair: tuple[list[tuple], list[tuple], bool]) -> None:
     gold, pred, ordered = pair
-    expected = _official_result_eq(gold, pred, ordered)
+    expected = official.result_eq(gold, pred, ordered, random.Random(0))
     assert results_match(pred, gold, "spider", ordered) == expected, (gold, pred, ordered)
 
 
@@ -587,18 +556,16 @@ def test_remove_distinct_is_sqlparses(sql: str) -> None:
     sqlparse = pytest.importorskip("sqlparse")
     from sqlweave.metrics import remove_distinct
 
-    statements = sqlparse.parse(sql)
-    assume(statements)  # no statement at all: the official script fails (``has_no_statement``)
-    official = "".join(t.value for t in statements[0].flatten() if t.value.lower() != "distinct")
-    assert remove_distinct(sql) == official, sql
+    assume(sqlparse.parse(sql))  # no statement at all: the official script fails
+    assert remove_distinct(sql) == official.remove_distinct(sql), sql
 
 
-def test_the_official_transcription_can_tell_both_ways() -> None:
-    """The reference above is not vacuous: it matches a column swap and refuses a changed row."""
-    gold = [(1, "a"), (2, "b")]
-    assert _official_result_eq(gold, [("b", 2), ("a", 1)], False)
-    assert not _official_result_eq(gold, [("b", 2), ("a", 2)], False)
-    assert not _official_result_eq(gold, [("b", 2), ("a", 1)], True)
+def test_the_official_reference_can_tell_both_ways() -> None:
+    """The reference is not vacuous: it matches a column swap and refuses a changed row."""
+    gold, rng = [(1, "a"), (2, "b")], random.Random(0)
+    assert official.result_eq(gold, [("b", 2), ("a", 1)], False, rng)
+    assert not official.result_eq(gold, [("b", 2), ("a", 2)], False, rng)
+    assert not official.result_eq(gold, [("b", 2), ("a", 1)], True, rng)
 
 
 #: Pieces of queries over ``singer`` where the official preparation and comparison are easy to
@@ -644,24 +611,20 @@ def query_pairs(draw: st.DrawFn) -> tuple[str, str]:
 @given(query_pairs())
 def test_spider_ex_is_the_official_procedure_end_to_end(pair: tuple[str, str]) -> None:
     """:func:`~sqlweave.metrics.check_execution` with the Spider semantics against the official
-    procedure run literally (``experiments/bench_eval.py``'s reference: the operator repair,
-    sqlparse's first statement without DISTINCT, "order by" looked for in the gold's text, a
-    fresh sqlite3 connection, ``result_eq``), on pairs of made-up queries over one database."""
+    procedure run literally (:mod:`sqlweave.official`: the operator repair, sqlparse's first
+    statement without DISTINCT, "order by" looked for in the gold's text, a fresh sqlite3
+    connection, ``result_eq``), on pairs of made-up queries over one database."""
     pytest.importorskip("sqlparse")
-    import random
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-    from bench_eval import ref_spider
-
     from sqlweave.metrics import check_execution
 
     pred, gold = pair
-    official, gold_failed = ref_spider(pred, gold, str(DEMO_CONCERT_DB), random.Random(0))
+    verdict, gold_failed = official.spider_verdict(
+        pred, gold, str(DEMO_CONCERT_DB), random.Random(0)
+    )
     assume(not gold_failed)  # a gold that fails is refused before scoring (GoldQueryError)
     with Database.open(DEMO_CONCERT_DB) as db:
         ours = check_execution(pred, gold, db, "spider").correct
-    assert ours == official, (pred, gold)
+    assert ours == verdict, (pred, gold)
 
 
 @settings(SETTINGS, max_examples=300)
@@ -669,19 +632,14 @@ def test_spider_ex_is_the_official_procedure_end_to_end(pair: tuple[str, str]) -
 def test_bird_ex_is_the_official_procedure_end_to_end(pair: tuple[str, str]) -> None:
     """The same for BIRD's ``evaluation.py``: both run on one connection, ``set(pred) ==
     set(gold)``, any exception a miss."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-    from bench_eval import ref_bird
-
     from sqlweave.metrics import check_execution
 
     pred, gold = pair
-    official, gold_failed = ref_bird(pred, gold, str(DEMO_CONCERT_DB))
+    verdict, gold_failed = official.bird_verdict(pred, gold, str(DEMO_CONCERT_DB))
     assume(not gold_failed)
     with Database.open(DEMO_CONCERT_DB) as db:
         ours = check_execution(pred, gold, db, "bird").correct
-    assert ours == official, (pred, gold)
+    assert ours == verdict, (pred, gold)
 
 
 # --- the reported p and interval -----------------------------------------------------------------
