@@ -9,6 +9,7 @@ empty result is treated as a failure; ``multi_turn`` dialogue). A query that run
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ def format_attempts(history: list[dict[str, Any]], current: str) -> str:
     return "\n".join(parts)
 
 
+@dataclass(eq=False, repr=False)  # a module keeps identity equality and DSPy's repr
 class CorrectionLoop(dspy.Module):
     """Execute, and while the query fails, ask the LM to fix it (at most ``max_rounds`` times).
 
@@ -58,26 +60,18 @@ class CorrectionLoop(dspy.Module):
     empty result), else the original query: a correction that still fails is no better than it.
     """
 
-    def __init__(
-        self,
-        max_rounds: int = 3,
-        retry_on_empty: bool = False,
-        reflect: bool = False,
-        multi_turn: bool = True,
-        timeout_s: float = FEEDBACK_TIMEOUT_S,
-        schema_hints: bool = False,
-    ) -> None:
-        super().__init__()
-        if max_rounds < 0:
+    max_rounds: int = 3
+    retry_on_empty: bool = False
+    reflect: bool = False
+    multi_turn: bool = True
+    timeout_s: float = FEEDBACK_TIMEOUT_S
+    schema_hints: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_rounds < 0:
             raise ValueError("max_rounds must be >= 0")
-        self.max_rounds = max_rounds
-        self.retry_on_empty = retry_on_empty
-        self.reflect = reflect
-        self.multi_turn = multi_turn
-        self.timeout_s = timeout_s
-        self.schema_hints = schema_hints
         self.correct = dspy.Predict(CorrectSQL)
-        if reflect:
+        if self.reflect:
             self.reflector = dspy.Predict(ReflectOnError)
 
     def _acceptable(self, result: Any) -> bool:

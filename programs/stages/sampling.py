@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ def sample_lm(i: int, temperature: float, lm: Any = None, greedy_first: bool = T
     return lm.copy(**updates)
 
 
+@dataclass(eq=False, repr=False)  # a module keeps identity equality and DSPy's repr
 class Sampler(dspy.Module):
     """``n`` SQL candidates from one generator: the first greedy (with ``greedy_first``), the
     others sampled at ``temperature`` with distinct rollout ids (:func:`sample_lm`).
@@ -66,26 +68,17 @@ class Sampler(dspy.Module):
     local engine's batch of samples (:func:`~sqlweave.lm.batched_samples`).
     """
 
-    def __init__(
-        self,
-        predictor: dspy.Module,
-        n: int = 5,
-        temperature: float = 0.7,
-        greedy_first: bool = True,
-        sql_field: str = "sql",
-        settle: bool = False,
-        settle_timeout_s: float = FEEDBACK_TIMEOUT_S,
-    ) -> None:
-        super().__init__()
-        if n < 1:
+    predictor: dspy.Module
+    n: int = 5
+    temperature: float = 0.7
+    greedy_first: bool = True
+    sql_field: str = "sql"
+    settle: bool = False
+    settle_timeout_s: float = FEEDBACK_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
             raise ValueError("n must be >= 1")
-        self.predictor = predictor
-        self.n = n
-        self.temperature = temperature
-        self.greedy_first = greedy_first
-        self.sql_field = sql_field
-        self.settle = settle
-        self.settle_timeout_s = settle_timeout_s
 
     def _call(self, db: Database, inputs: dict[str, Any]) -> str:
         try:
