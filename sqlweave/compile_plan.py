@@ -151,6 +151,13 @@ def _held_out_slice(
     return train, whole[: n_val or None], f"{HELD_OUT_SLICE}, databases the demos never saw"
 
 
+#: The :class:`CompilePlan` fields that :func:`~sqlweave.optimizers.compile.run_optimizer`
+#: takes as they are, under the same names.
+OPTIMIZER_FIELDS = tuple(
+    "optimizer metric budget max_demos seed proposer_lm checkpoint progress candidates".split()
+)
+
+
 @dataclass
 class CompilePlan:
     """Everything a compile is asked (see the module doc for the policy applied to it).
@@ -340,9 +347,11 @@ class Compile:
     how: str = "given"
     databases: list[Database] = field(default_factory=list)
 
-    def _optimizer_options(self) -> dict[str, Any]:
-        """The plan's optimizer options; a switch search from a preset with no space of its own
-        searches the preset's database-dependent switches (:func:`presets.search_space`)."""
+    def _optimizer_kwargs(self) -> dict[str, Any]:
+        """:func:`~sqlweave.optimizers.compile.run_optimizer`'s keyword arguments: the plan's
+        fields of the same names, then its options; a switch search from a preset with no space
+        of its own searches the preset's database-dependent switches
+        (:func:`presets.search_space`)."""
         from sqlweave.optimizers.registry import stage_names
         from sqlweave.programs.presets import search_space
 
@@ -351,7 +360,7 @@ class Compile:
             space = search_space(self.preset)
             if space:
                 options["space"] = space
-        return options
+        return {**{name: getattr(self.plan, name) for name in OPTIMIZER_FIELDS}, **options}
 
     def run(self) -> CompiledProgram:
         """Synthesize (when asked), optimize, score on validation; the program and its
@@ -361,19 +370,7 @@ class Compile:
         plan = self.plan
         synthetic = self._synthesize() if self.databases else None
         outcome = run_optimizer(
-            self.student,
-            self.trainset,
-            self.valset,
-            optimizer=plan.optimizer,
-            metric=plan.metric,
-            budget=plan.budget,
-            max_demos=plan.max_demos,
-            seed=plan.seed,
-            proposer_lm=plan.proposer_lm,
-            checkpoint=plan.checkpoint,
-            progress=plan.progress,
-            candidates=plan.candidates,
-            **self._optimizer_options(),
+            self.student, self.trainset, self.valset, **self._optimizer_kwargs()
         )
         validation = _validate(outcome.program, self.valset or [], progress=plan.progress)
         meta = self._meta(outcome, validation, synthetic)

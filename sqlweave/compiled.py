@@ -128,11 +128,11 @@ class CompiledProgram(dspy.Module):
         question: str,
         db: Database | str | Path | None = None,
         *,
-        db_path: str | None = None,
         evidence: str = "",
         max_rows: int = 1000,
         timeout_s: float = 30.0,
         confidence: bool = True,
+        db_path: str | None = None,
         **kwargs: Any,
     ) -> Result:
         """Answer ``question`` over ``db`` (a path, URL or open Database) and run the SQL;

@@ -171,6 +171,21 @@ def spy_rollouts(lm: Any) -> list[tuple[Any, Any]]:
     return seen
 
 
+def duckdb_url(path: Path, *statements: str, engine: bool = True) -> str:
+    """A DuckDB file at ``path`` made by ``statements``, and its URL (skips without DuckDB, and
+    without its SQLAlchemy dialect when ``engine``: what ``Database.open`` needs)."""
+    duckdb = pytest.importorskip("duckdb")
+    if engine:
+        pytest.importorskip("duckdb_engine")
+    conn = duckdb.connect(str(path))
+    try:
+        for statement in statements:
+            conn.execute(statement)
+    finally:
+        conn.close()
+    return f"duckdb:///{path}"
+
+
 def sqlite_ddl(db: Path) -> str:
     """The database's own CREATE TABLE statements, read without sqlweave (the lm tests' schema)."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)

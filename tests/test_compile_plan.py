@@ -142,3 +142,21 @@ def test_the_cli_fails_on_overlapping_files_before_any_model_loads(
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "also in train" in result.output
     assert not loaded
+
+
+def test_the_plan_passes_every_optimizer_setting_under_run_optimizers_own_names() -> None:
+    """The plan hands its optimizer fields to ``run_optimizer`` by name: a setting added to one
+    and not the other (or renamed in one) would be dropped or fail only when a compile runs."""
+    import dataclasses
+    import inspect
+
+    from sqlweave.compile_plan import OPTIMIZER_FIELDS
+    from sqlweave.optimizers.compile import run_optimizer
+
+    keyword_only = {
+        name
+        for name, param in inspect.signature(run_optimizer).parameters.items()
+        if param.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    assert set(OPTIMIZER_FIELDS) == keyword_only
+    assert set(OPTIMIZER_FIELDS) <= {f.name for f in dataclasses.fields(CompilePlan)}

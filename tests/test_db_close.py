@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import duckdb_url
 
 from sqlweave.db import Database, ExecutionError
 
@@ -38,12 +39,7 @@ def database(
         shutil.copy(demo_concert_db, path)
         target = str(path)
     elif kind == "duckdb":
-        duckdb = pytest.importorskip("duckdb")
-        path = tmp_path / "t.duckdb"
-        conn = duckdb.connect(str(path))
-        conn.execute("CREATE TABLE t AS SELECT 1 AS x")
-        conn.close()
-        target = f"duckdb:///{path}"
+        target = duckdb_url(tmp_path / "t.duckdb", "CREATE TABLE t AS SELECT 1 AS x", engine=False)
     else:
         target = os.environ.get("SQLWEAVE_PG_URL", "")
         if not target:

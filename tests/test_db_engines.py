@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from conftest import duckdb_url
 
 from sqlweave.db import (
     ENGINES,
@@ -137,13 +138,8 @@ def test_sqlite_fetch_of_endless_rows_ends_by_the_deadline(demo_concert_db: Path
 
 
 def test_duckdb_fetch_of_many_rows_ends_by_the_deadline(tmp_path: Path) -> None:
-    duckdb = pytest.importorskip("duckdb")
-    pytest.importorskip("duckdb_engine")
-    path = tmp_path / "t.duckdb"
-    conn = duckdb.connect(str(path))
-    conn.execute("CREATE TABLE t AS SELECT 1 AS x")
-    conn.close()
-    with Database.open(f"duckdb:///{path}") as db:
+    url = duckdb_url(tmp_path / "t.duckdb", "CREATE TABLE t AS SELECT 1 AS x")
+    with Database.open(url) as db:
         # DuckDB streams the rows: the query starts at once, the time goes to fetching them.
         seconds, outcome = _ends_in_time(db, "SELECT range, range::VARCHAR FROM range(200000000)")
     assert _timed_out_or_truncated(outcome), outcome

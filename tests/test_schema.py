@@ -8,20 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import duckdb_url
 
 from sqlweave.db import Database
 from sqlweave.schema import (
     Schema,
     clear_cache,
-    ident,
     introspect,
-    quote,
     render_columns,
     render_compact,
     render_ddl,
     render_ddl_with_rows,
     render_pet,
 )
+from sqlweave.schema.render import ident, quote
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "schema"
 
@@ -152,17 +152,13 @@ def test_introspect_is_cached_per_database(fixture_db: Database) -> None:
 
 
 def test_duckdb_introspection(tmp_path: Path) -> None:
-    duckdb = pytest.importorskip("duckdb")
-    pytest.importorskip("duckdb_engine")
-    path = tmp_path / "t.duckdb"
-    conn = duckdb.connect(str(path))
-    conn.execute('CREATE TABLE a (id INTEGER PRIMARY KEY, "Full Name" VARCHAR)')
-    conn.execute(
-        "CREATE TABLE b (id INTEGER, a_id INTEGER REFERENCES a(id), PRIMARY KEY (id, a_id))"
+    url = duckdb_url(
+        tmp_path / "t.duckdb",
+        'CREATE TABLE a (id INTEGER PRIMARY KEY, "Full Name" VARCHAR)',
+        "CREATE TABLE b (id INTEGER, a_id INTEGER REFERENCES a(id), PRIMARY KEY (id, a_id))",
+        "INSERT INTO a VALUES (1, 'x'), (2, NULL)",
     )
-    conn.execute("INSERT INTO a VALUES (1, 'x'), (2, NULL)")
-    conn.close()
-    with Database.open(f"duckdb:///{path}") as db:
+    with Database.open(url) as db:
         schema = introspect(db)
     assert schema.table_names == ["a", "b"]
     assert schema.find_table("b").primary_key == ["id", "a_id"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import dspy
 import pytest
-from conftest import DEMO_CONCERT_DB, DEMO_ROOT
+from conftest import DEMO_CONCERT_DB, DEMO_ROOT, duckdb_url
 from dspy.utils import DummyLM
 from typer.testing import CliRunner
 
@@ -348,13 +348,12 @@ def test_cli_compile_on_synthesized_pairs(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_pairs_of_a_duckdb_database_name_it_by_url(tmp_path: Path):
-    duckdb = pytest.importorskip("duckdb")
-    path = tmp_path / "shop.duckdb"
-    conn = duckdb.connect(str(path))
-    conn.execute("CREATE TABLE shop (shop_id INTEGER PRIMARY KEY, name TEXT, employees INTEGER)")
-    conn.execute("INSERT INTO shop VALUES (1, 'Alpha', 10), (2, 'Beta', 20), (3, 'Gamma', 5)")
-    conn.close()
-    url = f"duckdb:///{path}"
+    url = duckdb_url(
+        tmp_path / "shop.duckdb",
+        "CREATE TABLE shop (shop_id INTEGER PRIMARY KEY, name TEXT, employees INTEGER)",
+        "INSERT INTO shop VALUES (1, 'Alpha', 10), (2, 'Beta', 20), (3, 'Gamma', 5)",
+        engine=False,
+    )
     with dspy.context(lm=_lm("SELECT count(*) FROM shop")):
         compiled = sqlweave.compile(
             "direct",

@@ -15,15 +15,8 @@ from sqlweave.cli.describe import search_of
 from sqlweave.cli.root import app
 from sqlweave.cli.runs import model_tag, record_provenance, run_identity
 
-WorkdirOpt = Annotated[Path, typer.Option(help="where the compiled program and runs go")]
-NDevOpt = Annotated[int, typer.Option(help="bundled dev questions to evaluate")]
-NValOpt = Annotated[
-    int,
-    typer.Option(
-        help="validation questions (compile's --n-val, from spider-train-val); the search "
-        "scores each choice on all of them"
-    ),
-]
+#: The main job's folder: the compiled program, its runs and report.
+DEFAULT_WORKDIR = Path("runs/demo")
 
 
 @app.command()
@@ -31,9 +24,15 @@ def demo(
     model: opt.ModelOpt = "local:qwen2.5-coder-1.5b",
     api_base: opt.ApiBaseOpt = None,
     lm_threads: opt.LmThreadsOpt = None,
-    workdir: WorkdirOpt = Path("runs/demo"),
-    n_dev: NDevOpt = 20,
-    n_val: NValOpt = 10,
+    workdir: Annotated[Path, typer.Option(help="where the program and runs go")] = DEFAULT_WORKDIR,
+    n_dev: Annotated[int, typer.Option(help="bundled dev questions to evaluate")] = 20,
+    n_val: Annotated[
+        int,
+        typer.Option(
+            help="validation questions (compile's --n-val, from spider-train-val); the search "
+            "scores each choice on all of them"
+        ),
+    ] = 10,
     data_root: opt.DataRootOpt = None,
     quiet: opt.QuietOpt = False,
     verbose: opt.VerboseOpt = False,
