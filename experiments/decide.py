@@ -599,12 +599,15 @@ def greedy_weighted(
     ]
 
 
-def _reproduced(replayed: dict[str, bool], recorded: dict[str, bool], whose: str) -> float:
+def _reproduced(
+    replayed: dict[str, bool], recorded: dict[str, bool], whose: str, **head: Any
+) -> dict[str, Any]:
     """The share of questions where the replay at weight 1 gives the recorded verdict (a rule's
-    replay stands only where it reproduces the run it replays), printed."""
+    replay stands only where it reproduces the run it replays), printed; returned as the head
+    of the replay's JSON, after ``head`` (the slice and the file replayed)."""
     same = sum(replayed[q] == recorded[q] for q in replayed) / len(replayed)
     print(f"weight 1 reproduces {whose} verdicts on {100 * same:.1f}% of {len(replayed)}")
-    return same
+    return {**head, "reproduced": round(100 * same, 1)}
 
 
 def _write_json(path: str, out: dict[str, Any]) -> None:
@@ -626,11 +629,8 @@ def cmd_greedy(args: argparse.Namespace) -> None:
         qid = str(record["question_id"])
         one[qid], heavy[qid] = greedy_weighted(record, examples[qid], (1.0, args.weight))
     recorded = design_verdicts(list(table.values()), "fallback|grounded|rules_intersect")
-    same = _reproduced(one, recorded, "the table's")
     out = {
-        "slice": args.slice,
-        "mix": Path(args.mix).name,
-        "reproduced": round(100 * same, 1),
+        **_reproduced(one, recorded, "the table's", slice=args.slice, mix=Path(args.mix).name),
         "weight": args.weight,
         "against": _line(f"greedy weight {args.weight:g}", heavy, one, "greedy weight 1 (M)"),
     }
@@ -672,11 +672,9 @@ def cmd_weights(args: argparse.Namespace) -> None:
             record, examples[qid], [lambda _origin: 1.0, weighted]
         )
         kept.append({**record, "pred_sql": sql, "correct": heavy[qid]})
-    same = _reproduced(one, recorded, "the recorded")
+    head = {"slice": args.slice, "records": Path(args.records).name}
     out = {
-        "slice": args.slice,
-        "records": Path(args.records).name,
-        "reproduced": round(100 * same, 1),
+        **_reproduced(one, recorded, "the recorded", **head),
         "weights": args.weights,
         "against": _line(f"weights {args.weights}", heavy, one, "weight 1 (Cg)"),
         "verdicts": {q: [one[q], heavy[q]] for q in one},  # [weight 1, weighted]
