@@ -26,6 +26,7 @@ from sqlweave.gnn.train import (
     save_checkpoint,
     train_on_examples,
 )
+from sqlweave.programs.stages.retrieval import pick_demos
 
 logger = logging.getLogger(__name__)
 
@@ -204,29 +205,30 @@ class GraphRetriever:
             logger.warning("draft SQL does not parse, no graph demonstrations: %s", err)
             return []
         qid, question = _get(example, "question_id"), _get(example, "question")
-        out: list[dspy.Example] = []
-        seen_dbs: set[str] = set()
-        order = torch.argsort(sims, descending=True, stable=True).tolist()
-        if self.same_db_first and not self.exclude_same_db:
-            # the question's own database's pool items first, each group in similarity order
-            mine = {pos for pos in order if _get(self.pool[self.rows[pos]], "db_id") == db_id}
-            order = [pos for pos in order if pos in mine] + [p for p in order if p not in mine]
-        for pos in order:
+
+        def db_of(pos: int) -> Any:
+            return _get(self.pool[self.rows[pos]], "db_id")
+
+        def is_query(pos: int) -> bool:
             item = self.pool[self.rows[pos]]
-            item_db = _get(item, "db_id")
             if qid is not None and _get(item, "question_id") == qid:
-                continue
-            if question is not None and _get(item, "question") == question and item_db == db_id:
-                continue
-            if self.exclude_same_db and item_db == db_id:
-                continue
-            if self.one_per_db and item_db in seen_dbs:
-                continue
-            seen_dbs.add(item_db)
-            out.append(item)
-            if len(out) == k:
-                break
-        return out
+                return True
+            return question is not None and (_get(item, "question"), db_of(pos)) == (
+                question,
+                db_id,
+            )
+
+        chosen = pick_demos(
+            torch.argsort(sims, descending=True, stable=True).tolist(),
+            db_of,
+            db_id,
+            k,
+            is_query=is_query,
+            exclude_same_db=self.exclude_same_db,
+            one_per_db=self.one_per_db,
+            same_db_first=self.same_db_first,
+        )
+        return [self.pool[self.rows[pos]] for pos in chosen]
 
     def __repr__(self) -> str:
         return (

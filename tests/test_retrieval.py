@@ -372,3 +372,30 @@ def test_as_demos_feed_a_predictor_per_call(pool) -> None:
     for ex in found:
         assert json.dumps(ex.question)[1:-1] in prompt
     assert predictor.demos == []  # per-call demos do not stick to the predictor
+
+
+def test_pick_demos_applies_every_filter_and_reads_a_lazy_ranking_no_further_than_it_needs() -> (
+    None
+):
+    """The one demo filter both retrievers use: the question itself, its database, one per
+    database, own database first; it stops reading the ranking at the k-th pick."""
+    from sqlweave.programs.stages.retrieval import pick_demos
+
+    dbs = ["a", "b", "a", "c", "b", "a"]  # position -> database; the question is on "a"
+    read: list[int] = []
+
+    def ranking():
+        for i in range(len(dbs)):
+            read.append(i)
+            yield i
+
+    def pick(k: int, **switches: bool) -> list[int]:
+        read.clear()
+        return pick_demos(ranking(), dbs.__getitem__, "a", k, is_query=lambda i: i == 0, **switches)
+
+    assert pick(3) == [1, 2, 3] and read == [0, 1, 2, 3]
+    assert pick(9, exclude_same_db=True) == [1, 3, 4]
+    assert pick(9, one_per_db=True) == [1, 2, 3]
+    assert pick(2, same_db_first=True) == [2, 5] and read == [0, 1, 2, 3, 4, 5]
+    assert pick(9, same_db_first=True, exclude_same_db=True) == [1, 3, 4]
+    assert pick(0) == []
