@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -250,27 +251,21 @@ def synthesize(
     return pairs
 
 
+@dataclass
 class _Judge:
     """One draft's fate: its question written, the round trip run; the verdict recorded in
     ``<out>.tried.jsonl`` and the pair kept (None when rejected)."""
 
-    def __init__(
-        self,
-        database: Database,
-        *,
-        describer: Any,
-        answerer: Any,
-        check: bool,
-        sample_rows: int,
-        accept: str,
-    ) -> None:
-        self.database = database
-        self.db_ref = database_ref(database)
-        self.describer = describer
-        self.answerer = answerer
-        self.check = check
-        self.sample_rows = sample_rows
-        self.accept = accept
+    database: Database
+    describer: Any
+    answerer: Any
+    check: bool
+    sample_rows: int
+    accept: str
+    db_ref: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.db_ref = database_ref(self.database)
 
     def __call__(
         self, item: Draft | tuple[str, str, str], index: int
