@@ -40,6 +40,7 @@ class Draw:
 
     def __init__(self, schema: Schema, rng: random.Random) -> None:
         self.schema = schema
+        self.dialect = schema.dialect  # how the SQL writes its names (:func:`ident`)
         self.rng = rng
         self.tables = [t for t in schema.tables if t.sample_rows]
         by_name = {t.name: t for t in schema.tables}
@@ -118,13 +119,10 @@ def _lit(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def _t(table: Table) -> str:
-    return ident(table.name)
-
-
-def _joined(j: Join) -> str:
+def _joined(j: Join, dialect: str) -> str:
     """``child AS T1 JOIN parent AS T2 ON T1.fk = T2.pk``: the one join every template writes."""
-    return f"{_t(j.child)} AS T1 JOIN {_t(j.parent)} AS T2 ON T1.{ident(j.fk)} = T2.{ident(j.pk)}"
+    child, parent, fk, pk = (ident(n, dialect) for n in (j.child.name, j.parent.name, j.fk, j.pk))
+    return f"{child} AS T1 JOIN {parent} AS T2 ON T1.{fk} = T2.{pk}"
 
 
 Filled = tuple[str, str]
@@ -153,11 +151,19 @@ Step = Callable[[Draw, Parts], "Parts | None"]
 
 
 class _Name(str):
-    """A table or column name: a quoted identifier in SQL (``{t}``), words in a meaning
+    """A table or column name: an identifier in SQL (``{t}``, quoted as its database's dialect
+    needs: on PostgreSQL ``FullName`` must be written ``"FullName"``), words in a meaning
     (``{t:w}``), so that one format string cannot name a part two ways."""
 
+    dialect: str
+
+    def __new__(cls, name: str, dialect: str) -> _Name:
+        self = super().__new__(cls, name)
+        self.dialect = dialect
+        return self
+
     def __format__(self, spec: str) -> str:
-        return _words(self) if spec == "w" else ident(self)
+        return _words(self) if spec == "w" else ident(self, self.dialect)
 
 
 @dataclass(frozen=True)
@@ -172,9 +178,11 @@ class _Token:
         return self.words if spec == "w" else str(self.sql)
 
 
-def _rendered(parts: Parts) -> Parts:
+def _rendered(parts: Parts, dialect: str) -> Parts:
     """``parts`` for a format string: drawn tables and columns become :class:`_Name`."""
-    return {k: _Name(v.name) if isinstance(v, Table | Column) else v for k, v in parts.items()}
+    return {
+        k: _Name(v.name, dialect) if isinstance(v, Table | Column) else v for k, v in parts.items()
+    }
 
 
 def _table(d: Draw, parts: Parts) -> Parts | None:
@@ -199,26 +207,26 @@ def _labelled_numbers(d: Draw, parts: Parts) -> Parts | None:
     return dict(zip(("t", "shown", "n"), drawn, strict=True)) if drawn else None
 
 
-def _join_parts(j: Join) -> Parts:
+def _join_parts(j: Join, dialect: str) -> Parts:
     """A join's tables (``child``, ``parent``), keys (``fk``, ``pk``) and clause (``join``)."""
     return {
         "child": j.child,
         "parent": j.parent,
-        "fk": _Name(j.fk),
-        "pk": _Name(j.pk),
-        "join": _joined(j),
+        "fk": _Name(j.fk, dialect),
+        "pk": _Name(j.pk, dialect),
+        "join": _joined(j, dialect),
     }
 
 
 def _join(d: Draw, parts: Parts) -> Parts | None:
     j = d.join()
-    return _join_parts(j) if j else None
+    return _join_parts(j, d.dialect) if j else None
 
 
 def _joined_label(d: Draw, parts: Parts) -> Parts | None:
     """:meth:`Draw.joined_label`: a join and the parent's text column it shows (``label``)."""
     drawn = d.joined_label()
-    return {**_join_parts(drawn[0]), "label": drawn[1]} if drawn else None
+    return {**_join_parts(drawn[0], d.dialect), "label": drawn[1]} if drawn else None
 
 
 def _bridge(d: Draw, parts: Parts) -> Parts | None:
@@ -231,10 +239,10 @@ def _bridge(d: Draw, parts: Parts) -> Parts | None:
         "a": to_a.parent,
         "link": to_a.child,
         "b": to_b.parent,
-        "a_pk": _Name(to_a.pk),
-        "a_fk": _Name(to_a.fk),
-        "b_fk": _Name(to_b.fk),
-        "b_pk": _Name(to_b.pk),
+        "a_pk": _Name(to_a.pk, d.dialect),
+        "a_fk": _Name(to_a.fk, d.dialect),
+        "b_fk": _Name(to_b.fk, d.dialect),
+        "b_pk": _Name(to_b.pk, d.dialect),
     }
 
 
@@ -321,7 +329,7 @@ _SET_WORDS = {
 def _set_op(d: Draw, parts: Parts) -> Parts:
     """A set operator; its words are the whole meaning, which differs by operator."""
     op = d.rng.choice(list(_SET_WORDS))
-    return {"op": _Token(op, _SET_WORDS[op].format_map(_rendered(parts)))}
+    return {"op": _Token(op, _SET_WORDS[op].format_map(_rendered(parts, d.dialect)))}
 
 
 # --- the templates -----------------------------------------------------------------------------
@@ -343,7 +351,7 @@ class _Fill:
             if more is None:
                 return None
             parts.update(more)
-        shown = _rendered(parts)
+        shown = _rendered(parts, d.dialect)
         return self.sql.format_map(shown), self.meaning.format_map(shown)
 
 
