@@ -140,3 +140,24 @@ def test_a_caveat_shows_the_other_readings_even_when_sure(
             app, ["ask", QUESTION, "--db", str(WORLD), "--program", "direct"]
         ).output
     )
+
+
+def test_ask_json_and_the_served_answer_are_one_body(lm: Any) -> None:
+    """``sqlweave ask --json`` and ``POST /ask`` print one JSON shape (the server adds its timing
+    and the database's name): a client reads either the same way."""
+    pytest.importorskip("starlette", reason="the serve extra")
+    pytest.importorskip("httpx", reason="starlette's TestClient")
+    from starlette.testclient import TestClient
+
+    from sqlweave.serve import create_app
+
+    args = ["ask", QUESTION, "--db", str(WORLD), "--program", "direct", "--json"]
+    printed = json.loads(runner.invoke(app, args).output)
+    app_ = create_app("direct", {"world_1": WORLD}, lm=DummyLM({"": {"sql": WRONG}}))
+    with TestClient(app_, base_url="http://127.0.0.1") as client:
+        served = client.post("/ask", json={"question": QUESTION}).json()
+    assert served.pop("db") == "world_1" and set(served.pop("timing")) == {"seconds"}
+    assert printed.keys() == served.keys()
+    assert printed["sql"] == served["sql"] == WRONG
+    assert printed["rows"] == served["rows"][: len(printed["rows"])]  # each cuts at its own cap
+    assert printed["caveats"] == served["caveats"]

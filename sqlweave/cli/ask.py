@@ -36,6 +36,7 @@ def ask(
     With --json: one object with sql, columns, rows, truncated and error (null when it ran).
     """
     setup_logging(verbose, quiet)
+    from sqlweave.answers import answer_body
     from sqlweave.db import Database, ExecutionError
 
     if max_rows < 1:
@@ -56,7 +57,7 @@ def ask(
         logging.getLogger(__name__).debug("ask failed", exc_info=True)
         fail(str(as_program_error(err)))  # the error sqlweave.ask raises
     if json_:
-        typer.echo(json.dumps(answer_json(result, max_rows), default=str))
+        typer.echo(json.dumps(answer_body(result, max_rows), default=str))
         if not result.ok:
             raise typer.Exit(code=1)
         return
@@ -93,22 +94,3 @@ def print_confidence(result: Any, max_rows: int) -> None:
         rows = tuple(tuple(r) for r in alt["rows"])
         preview = QueryResult(tuple(alt["columns"]), rows).preview(max_rows=min(max_rows, 5))
         typer.echo("  " + preview.replace("\n", "\n  "))
-
-
-def answer_json(result: Any, max_rows: int) -> dict[str, Any]:
-    """``ask --json``: the answer as one object (rows cut to ``max_rows``)."""
-    error = result.get("error")
-    rows = [list(row) for row in (result.get("rows") or ())]
-    return {
-        "sql": result.get("sql") or "",
-        "columns": list(result.get("columns") or ()),
-        "rows": rows[:max_rows],
-        "truncated": bool(result.get("truncated")) or len(rows) > max_rows,
-        "error": None
-        if error is None
-        else {"kind": getattr(error, "kind", "error"), "message": error.feedback()},
-        "confidence": result.get("confidence"),
-        "low_confidence": result.get("low_confidence"),
-        "alternatives": list(result.get("alternatives") or []),
-        "caveats": [str(c) for c in result.get("caveats") or []],
-    }
