@@ -127,12 +127,12 @@ def _read_json_list(path: Path) -> list[dict[str, Any]]:
 
 
 def _field(path: Path, i: int, item: dict[str, Any], *names: str) -> str:
-    for name in names:
-        value = item.get(name)
-        if isinstance(value, str):
-            return value
-    wanted = " or ".join(repr(n) for n in names)
-    raise DataError(path, f"item {i} has no string field {wanted}")
+    """:func:`_text`, required: an item that gives none of ``names`` is the file's mistake."""
+    value = _text(path, i, item, *names)
+    if value is None:
+        wanted = " or ".join(repr(n) for n in names)
+        raise DataError(path, f"item {i} has no string field {wanted}")
+    return value
 
 
 def _text(path: Path, i: int, item: dict[str, Any], *names: str) -> str | None:

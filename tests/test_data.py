@@ -133,6 +133,10 @@ def _spider_copy(spider_root: Path, dest: Path, text: str) -> Path:
         ('{"questions": []}', "expected a JSON list"),
         ('[{"db_id": "concert_singer", "question": "q"}]', "item 0 has no string field 'query'"),
         ('[{"db_id": "nope", "question": "q", "query": "SELECT 1"}]', "missing: nope"),
+        (
+            '[{"db_id": "concert_singer", "question": 7, "query": "SELECT 1"}]',
+            "item 0: 'question' must be a string, not int 7",
+        ),
         ("[1]", "item 0 is int"),
     ],
 )
