@@ -17,6 +17,7 @@ from typing import Any
 import dspy
 import torch
 
+from sqlweave.demo_choice import pick_demos
 from sqlweave.gnn.graph import GraphBuilder, GraphError
 from sqlweave.gnn.model import GNNConfig, GraphContrastiveModel
 from sqlweave.gnn.train import (
@@ -26,7 +27,6 @@ from sqlweave.gnn.train import (
     save_checkpoint,
     train_on_examples,
 )
-from sqlweave.programs.stages.retrieval import pick_demos
 
 logger = logging.getLogger(__name__)
 

@@ -379,7 +379,7 @@ def test_pick_demos_applies_every_filter_and_reads_a_lazy_ranking_no_further_tha
 ):
     """The one demo filter both retrievers use: the question itself, its database, one per
     database, own database first; it stops reading the ranking at the k-th pick."""
-    from sqlweave.programs.stages.retrieval import pick_demos
+    from sqlweave.demo_choice import pick_demos
 
     dbs = ["a", "b", "a", "c", "b", "a"]  # position -> database; the question is on "a"
     read: list[int] = []
