@@ -122,21 +122,22 @@ class SQLProgram(dspy.Module):
         # Small local models need plain prompts; a user-configured adapter still wins.
         with use_default_adapter():
             pred = self.answer(question=question, db=database, evidence=evidence or "")
-        if getattr(database, "table_aliases", None):
-            # The view showed short table names: what the program returns runs on the database.
-            pred = _with_real_names(pred, database)
-        return pred
+        # What the program returns is what runs: a view's short table names made real, names a
+        # case-folding engine cannot read bare quoted (Database.runnable).
+        return _as_run(pred, database)
 
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         raise NotImplementedError
 
 
-def _with_real_names(pred: dspy.Prediction, db: Database) -> dspy.Prediction:
-    """``pred`` with its SQL and candidates written with ``db``'s real table names."""
-    from sqlweave.tablenames import to_real
+def _as_run(pred: dspy.Prediction, db: Database) -> dspy.Prediction:
+    """``pred`` with its SQL and candidates written as ``db`` runs them
+    (:meth:`Database.runnable`); untouched where that changes nothing (SQLite, DuckDB)."""
+    if pred is None or not (db.table_aliases or db.backend.folds_unquoted_names):
+        return pred
 
     def real(sql: Any) -> Any:
-        return to_real(sql, db.table_aliases, db.dialect) if isinstance(sql, str) else sql
+        return db.runnable(sql) if isinstance(sql, str) else sql
 
     if "sql" in pred:
         pred.sql = real(pred.sql)

@@ -22,6 +22,7 @@ from sqlweave.db.engine import ENGINES, Engine
 from sqlweave.db.errors import ExecutionError, QueryResult, first_line, masked
 from sqlweave.db.reflect import RawTable
 from sqlweave.db.scope import TableScope
+from sqlweave.namecase import fit_case
 from sqlweave.tablenames import to_real
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -151,6 +152,18 @@ class Database:
 
     # -- execution ---------------------------------------------------------------------------------
 
+    def runnable(self, sql: str) -> str:
+        """``sql`` as :meth:`execute` runs it: a view's short table names mapped to real ones
+        (:func:`~sqlweave.tablenames.to_real`) and, on an engine that folds unquoted names to
+        lower case, each bare name that exists only with capitals quoted
+        (:func:`~sqlweave.namecase.fit_case`). Programs return their SQL so written, so that
+        what a user reads is what ran."""
+        if self.table_aliases:
+            sql = to_real(sql, self.table_aliases, self.dialect)
+        if self.backend.folds_unquoted_names:
+            sql = fit_case(sql, self.backend.case_names(), self.dialect)
+        return sql
+
     def execute(
         self,
         sql: str,
@@ -172,9 +185,7 @@ class Database:
         policy.check_limits(timeout_s, max_rows, max_bytes)
         start = time.monotonic()
         deadline = start + timeout_s
-        sql = sql.strip()
-        if self.table_aliases:
-            sql = to_real(sql, self.table_aliases, self.dialect)
+        sql = self.runnable(sql.strip())
         key = (sql, max_rows, max_bytes)
         if use_cache and (hit := self._cache.get(key)) is not None:
             return hit

@@ -22,6 +22,7 @@ ENGINES.register("mine", MyEngine)
 from __future__ import annotations
 
 import contextlib
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +32,10 @@ import sqlalchemy as sa
 
 from sqlweave.db.errors import ExecutionError
 from sqlweave.db.reflect import RawTable, reflect_sqlalchemy
+from sqlweave.namecase import CaseNames
 from sqlweave.registry import Registry
+
+logger = logging.getLogger(__name__)
 
 #: What :meth:`Engine.run` returns: column names, rows, whether a cap cut the rows short.
 Fetched = tuple[tuple[str, ...], tuple[tuple[Any, ...], ...], bool]
@@ -51,6 +55,10 @@ class Engine(ABC):
     #: The query listing ``(CREATE statement, table name)`` when the engine keeps its tables'
     #: DDL text (SQLite's ``sqlite_master``), else None: prompts then show rendered DDL.
     ddl_query: str | None = None
+    #: Whether the engine reads an unquoted name as its lower-case form (PostgreSQL does), so a
+    #: name with capitals must be quoted: ``Database`` then quotes such names in the queries it
+    #: runs (:meth:`case_names`, :func:`sqlweave.namecase.fit_case`).
+    folds_unquoted_names: bool = False
 
     def __init__(
         self, url: str, default_name: str, path: Path | None = None, sa_engine: Any = None
@@ -77,6 +85,21 @@ class Engine(ABC):
     @abstractmethod
     def interrupt(self) -> None:
         """Stop every query running now (from any thread); each raises kind ``connection``."""
+
+    def case_names(self) -> CaseNames:
+        """The names an unquoted spelling cannot reach here (:class:`~sqlweave.namecase.CaseNames`),
+        read from the catalog on first use and kept; none on an engine that does not fold names
+        or whose catalog cannot be read (queries then run as written)."""
+        known: CaseNames | None = getattr(self, "_case_names", None)
+        if known is None:
+            known = CaseNames()
+            if self.folds_unquoted_names:
+                try:
+                    known = CaseNames.of(self.reflect())
+                except Exception as err:  # noqa: BLE001 - a catalog we cannot read fits nothing
+                    logger.debug("no catalog to fit name case with: %s", err)
+            self._case_names = known
+        return known
 
     def reflect(self) -> list[RawTable]:
         """Tables, columns, keys from the engine's catalog, for :func:`sqlweave.schema.introspect`

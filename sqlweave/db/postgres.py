@@ -166,6 +166,7 @@ class PostgresEngine(Engine):
     """A PostgreSQL database reached through SQLAlchemy's pool and psycopg."""
 
     dialect = "postgres"
+    folds_unquoted_names = True
 
     def __init__(self, url: str, default_name: str, sa_engine: sa.Engine) -> None:
         super().__init__(url, default_name, None, sa_engine)

@@ -1,0 +1,118 @@
+"""Bare names on a case-folding engine (``sqlweave.namecase``): PostgreSQL reads ``Shop`` as
+``shop``, so a model that drops the quotes of an ORM's ``"Shop"`` fails every query; the query
+that runs (and the one a program returns) quotes the names only their capitals can mean."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dspy
+import pytest
+from conftest import DEMO_CONCERT_DB
+from dspy.utils import DummyLM
+
+from sqlweave.db import Database
+from sqlweave.namecase import CaseNames, fit_case
+
+NAMES = CaseNames.of(
+    [
+        ("Shop", [("ShopId", "INTEGER", "number"), ("ShopName", "TEXT", "text")], [], []),
+        ("Sale", [("SaleId", "INTEGER", "number"), ("ShopId", "INTEGER", "number")], [], []),
+        ("city", [("name", "TEXT", "text"), ("Name", "TEXT", "text")], [], []),
+    ]
+)
+
+
+def test_only_names_a_bare_spelling_cannot_reach_are_kept() -> None:
+    assert NAMES.tables == {"shop": "Shop", "sale": "Sale"}
+    # "name" and "Name" both exist: a bare name already means the first, so neither is fitted.
+    assert NAMES.columns == {"shopid": "ShopId", "shopname": "ShopName", "saleid": "SaleId"}
+    assert not CaseNames.of([("city", [("name", "TEXT", "text")], [], [])])
+
+
+@pytest.mark.parametrize(
+    ("sql", "fitted"),
+    [
+        ("SELECT ShopName FROM Shop", 'SELECT "ShopName" FROM "Shop" AS Shop'),
+        (
+            "SELECT T2.ShopName FROM Sale AS T1 JOIN Shop AS T2 ON T1.ShopId = T2.ShopId",
+            'SELECT T2."ShopName" FROM "Sale" AS T1 JOIN "Shop" AS T2 ON T1."ShopId" = T2."ShopId"',
+        ),
+        ('SELECT Shop.ShopName FROM "Shop"', 'SELECT "Shop"."ShopName" FROM "Shop"'),
+        ('SELECT "ShopName" FROM "Shop"', 'SELECT "ShopName" FROM "Shop"'),  # already right
+        ("SELECT name FROM city", "SELECT name FROM city"),  # nothing to fit
+        ("WITH shop AS (SELECT 1 AS x) SELECT x FROM shop", None),  # the query's own name
+        ("SELECT count(*) AS shopname FROM city ORDER BY shopname", None),  # an output alias
+        ("SELECT ShopName FROM", None),  # does not parse: as written
+    ],
+)
+def test_fit_case_quotes_what_only_capitals_can_mean(sql: str, fitted: str | None) -> None:
+    assert fit_case(sql, NAMES) == (sql if fitted is None else fitted)
+
+
+def test_sqlite_runs_and_returns_queries_as_written() -> None:
+    with Database.open(DEMO_CONCERT_DB) as db:
+        sql = "SELECT Name FROM Singer"
+        assert db.runnable(sql) == sql and not db.backend.case_names()
+        assert db.execute(sql).rows
+
+
+@pytest.fixture
+def orm_db() -> Iterator[Database]:
+    """Tables as an ORM makes them on the loopback PostgreSQL of ``.ci/postgres.sh``."""
+    url = os.environ.get("SQLWEAVE_PG_URL")
+    if not url:
+        pytest.skip('SQLWEAVE_PG_URL is not set (run: eval "$(.ci/postgres.sh)")')
+    import sqlalchemy as sa
+
+    from sqlweave.transfer import search_path_url
+
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    setup = [
+        "DROP SCHEMA IF EXISTS orm_names CASCADE",
+        "CREATE SCHEMA orm_names",
+        'CREATE TABLE orm_names."Shop" ("ShopId" int PRIMARY KEY, "ShopName" text, "Staff" int)',
+        'CREATE TABLE orm_names."Sale" ("SaleId" int PRIMARY KEY, '
+        '"ShopId" int REFERENCES orm_names."Shop", "Amount" int)',
+        "INSERT INTO orm_names.\"Shop\" VALUES (1, 'Alpha', 3), (2, 'Beta', 7)",
+        'INSERT INTO orm_names."Sale" VALUES (1, 1, 10), (2, 2, 20), (3, 2, 5)',
+    ]
+    with engine.connect() as conn:
+        for statement in setup:
+            conn.exec_driver_sql(statement)
+        conn.commit()
+    try:
+        with Database.open(search_path_url(url, "orm_names")) as db:
+            yield db
+    finally:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("DROP SCHEMA orm_names CASCADE")
+            conn.commit()
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_bare_query_runs_on_an_orms_postgres_tables(orm_db: Database) -> None:
+    sql = "SELECT T2.ShopName, sum(T1.Amount) FROM Sale AS T1 JOIN Shop AS T2 ON T1.ShopId = T2.ShopId GROUP BY T2.ShopName ORDER BY T2.ShopName"
+    assert orm_db.execute(sql).rows == (("Alpha", 10), ("Beta", 25))
+    assert orm_db.execute("SELECT count(*) FROM Shop WHERE Staff > 5").rows == ((1,),)
+    # A name that exists nowhere still fails as it would have.
+    from sqlweave.db import ExecutionError
+
+    with pytest.raises(ExecutionError, match="shops"):
+        orm_db.execute("SELECT count(*) FROM Shops")
+
+
+@pytest.mark.postgres
+def test_a_program_returns_the_query_that_ran(orm_db: Database, tmp_path: Path) -> None:
+    import sqlweave
+
+    lm: Any = DummyLM({"": {"sql": "SELECT ShopName FROM Shop WHERE Staff > 5"}})
+    with dspy.context(lm=lm):
+        result = sqlweave.ask("Which shops have more than five staff?", orm_db, program="direct")
+    assert result.error is None, result.error
+    assert result.rows == (("Beta",),)
+    assert result.sql == 'SELECT "ShopName" FROM "Shop" AS Shop WHERE "Staff" > 5'
