@@ -331,19 +331,7 @@ def load_questions(
         qid = item.get("question_id")
         if qid is not None and (isinstance(qid, bool) or not isinstance(qid, str | int)):
             raise DataError(path, f"item {i}: 'question_id' must be a string or a number")
-        db_path = _text(path, i, item, "db_path", "db")
-        db_id = _text(path, i, item, "db_id")
-        if db_path:
-            db_file = Path(db_path)
-            if not db_file.is_absolute():
-                db_file = path.parent / db_file
-            db_id = db_id or db_file.stem
-        elif db_id:
-            db_file = _find_db(str(db_id), db_root, path, i)
-        else:
-            raise DataError(path, f"item {i} needs 'db_id' or 'db_path'")
-        if not file_exists(db_file):
-            raise DataError(path, f"item {i}: database file not found: {db_file}")
+        db_file, db_id = _database_of(path, i, item, db_root)
         gold = _text(path, i, item, "gold_sql", "sql", "SQL", "query") or ""
         difficulty = _text(path, i, item, "difficulty") or (_hardness(gold) if gold else "unknown")
         examples.append(
@@ -351,7 +339,7 @@ def load_questions(
                 question=question,
                 db_id=str(db_id),
                 evidence=_text(path, i, item, "evidence") or "",
-                db_path=str(db_file),
+                db_path=db_file,
                 gold_sql=gold,
                 difficulty=str(difficulty),
                 question_id=str(f"{path.stem}_{i}" if qid is None else qid),
@@ -360,6 +348,35 @@ def load_questions(
             )
         )
     return examples
+
+
+def url_name(url: str) -> str:
+    """What :meth:`sqlweave.db.Database.open` names a URL's database: its database part's stem."""
+    return Path(url.rsplit("/", 1)[-1].split("?", 1)[0]).stem or "db"
+
+
+def _database_of(
+    path: Path, i: int, item: dict[str, Any], db_root: str | Path | None
+) -> tuple[str, str]:
+    """Item ``i``'s database (``db_path``: a SQLite file, relative to the questions file, or a
+    URL, as synthesized pairs of a server's database name it; else ``db_id`` found on disk) and
+    its ``db_id``."""
+    db_path = _text(path, i, item, "db_path", "db")
+    db_id = _text(path, i, item, "db_id")
+    if db_path and "://" in db_path:  # a URL: opened when asked, by the program
+        return db_path, db_id or url_name(db_path)
+    if db_path:
+        db_file = Path(db_path)
+        if not db_file.is_absolute():
+            db_file = path.parent / db_file
+        db_id = db_id or db_file.stem
+    elif db_id:
+        db_file = _find_db(str(db_id), db_root, path, i)
+    else:
+        raise DataError(path, f"item {i} needs 'db_id' or 'db_path'")
+    if not file_exists(db_file):
+        raise DataError(path, f"item {i}: database file not found: {db_file}")
+    return str(db_file), str(db_id)
 
 
 def _parse_question_text(path: Path, text: str) -> list[dict[str, Any]]:
@@ -453,4 +470,7 @@ def open_database(example_or_path: Any) -> Database:
     """
     from sqlweave.caches import open_database as open_shared
 
+    db_path = getattr(example_or_path, "db_path", example_or_path)
+    if isinstance(db_path, str) and "://" in db_path:  # a URL: a path would lose its "//"
+        return open_shared(db_path)
     return open_shared(database_path(example_or_path))

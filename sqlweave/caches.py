@@ -127,4 +127,14 @@ def open_database(target: str | Path) -> Database:
     return CACHE.memo("database", text, lambda: Database.open(text))
 
 
-__all__ = ["CACHE", "ProcessCache", "db_key", "open_database"]
+def share_database(target: str | Path, db: Database) -> None:
+    """Make :func:`open_database` give ``db`` for ``target`` in this process: questions that
+    name a database by a reference which cannot reopen it alone (a URL written without its
+    password) reach the handle already open."""
+    text = str(target)
+    if "://" not in text:
+        text = str(Path(text).expanduser().resolve())
+    CACHE.memo("database", text, lambda: db)
+
+
+__all__ = ["CACHE", "ProcessCache", "db_key", "open_database", "share_database"]

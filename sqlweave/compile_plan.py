@@ -369,6 +369,7 @@ class Compile:
 
         plan = self.plan
         synthetic = self._synthesize() if self.databases else None
+        _check_databases([*self.trainset, *(self.valset or [])])
         outcome = run_optimizer(
             self.student, self.trainset, self.valset, **self._optimizer_kwargs()
         )
@@ -455,6 +456,30 @@ class Compile:
                 **({"confidence": validation["refit"]} if validation["refit"] is not None else {}),
             },
         )
+
+
+def _check_databases(examples: Sequence[dspy.Example]) -> None:
+    """Every database the compile's questions name opens, before any LM call: one that does
+    not would score each of its questions as a miss, and the compile would choose on zeros."""
+    from sqlweave.data import DataError, open_database
+    from sqlweave.db import ExecutionError
+    from sqlweave.synthesis.sets import redact
+
+    seen: set[str] = set()
+    for example in examples:
+        ref = str(example.get("db_path") or example.get("db_id") or "")
+        if ref in seen:
+            continue
+        seen.add(ref)
+        try:
+            open_database(example)
+        except (ExecutionError, DataError) as err:
+            message = err.message if isinstance(err, ExecutionError) else str(err)
+            raise DataError(
+                None,
+                f"question {example.get('question_id', '?')} names a database that does not "
+                f"open ({redact(ref)}): {message}",
+            ) from err
 
 
 def _validate(program: SQLProgram, valset: list[dspy.Example], *, progress: bool) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import dspy
 
-from sqlweave.benchmarks import file_exists
+from sqlweave.benchmarks import file_exists, url_name
 from sqlweave.data import INPUT_FIELDS, DataError, database_path
 from sqlweave.hardness import spider_hardness
 
@@ -85,11 +85,6 @@ def _is_url(db_path: str | Path) -> bool:
     return isinstance(db_path, str) and "://" in db_path
 
 
-def _url_name(url: str) -> str:
-    """What :meth:`sqlweave.db.Database.open` names a URL's database: its database part's stem."""
-    return Path(url.rsplit("/", 1)[-1].split("?", 1)[0]).stem or "db"
-
-
 def _prepare(i: int, item: Mapping[str, Any], need_sql: bool) -> tuple[dict[str, Any], list[str]]:
     """The full field set of one item, and what is missing or wrong with it."""
     problems: list[str] = []
@@ -134,7 +129,7 @@ def _prepare(i: int, item: Mapping[str, Any], need_sql: bool) -> tuple[dict[str,
         "question": question,
         "gold_sql": gold or "",
         "db_path": str(db_file) if db_file is not None else str(db_path),
-        "db_id": str(db_id or (db_file.stem if db_file is not None else _url_name(str(db_path)))),
+        "db_id": str(db_id or (db_file.stem if db_file is not None else url_name(str(db_path)))),
         "evidence": str(item.get("evidence") or ""),
         "question_id": str(item.get("question_id") or f"q{i}"),
         "difficulty": str(difficulty),

@@ -253,3 +253,18 @@ def test_eval_slice_edges(spider_dev):
     assert len(data.eval_slice(spider_dev, n=3)) == 3
     with pytest.raises(ValueError):
         data.eval_slice(spider_dev, n=0)
+
+
+def test_a_questions_file_may_name_its_database_by_url(tmp_path):
+    """Synthesized pairs of a server's database name it by URL: the file loads, and what scores
+    its questions opens that URL (not a file path that lost its "//")."""
+    from conftest import duckdb_url
+
+    from sqlweave.benchmarks import load_questions, open_database
+
+    url = duckdb_url(tmp_path / "shop.duckdb", "CREATE TABLE shop AS SELECT 1 AS id")
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"question": "How many shops?", "sql": "SELECT 1", "db": url}))
+    [example] = load_questions(path)
+    assert example.db_path == url and example.db_id == "shop"
+    assert open_database(example).execute("SELECT count(*) FROM shop").rows == ((1,),)

@@ -370,6 +370,10 @@ def test_pairs_of_a_duckdb_database_name_it_by_url(tmp_path: Path):
     assert {p["db_path"] for p in pairs} == {url}
     [ex] = as_examples(pairs[:1])
     assert ex.db_path == url and ex.db_id == "shop"
+    # What scores a pair opens the URL too (not a file path that lost its "//").
+    from sqlweave.data import open_database
+
+    assert open_database(ex).dialect == "duckdb"
     with dspy.context(lm=_lm("SELECT count(*) FROM shop")):
         answer = compiled(QUESTION, db=ex.db_path)
     assert answer.ok and list(answer.rows) == [(3,)]
@@ -416,3 +420,72 @@ def test_a_search_alone_gets_the_measured_recipe_by_default(
         )
     assert compiled.meta.n_val == 4
     assert compiled.meta.extra["synthetic"]["val_fraction"] == 0.5
+
+
+@pytest.mark.postgres
+def test_a_password_protected_postgres_compiles_on_its_own_pairs(tmp_path: Path):
+    """The own-database flow on a server that needs a password, with tables an ORM made: the
+    pairs file names the database without its password (never "***", which nothing can open),
+    the pairs reach the handle already open, and the compile validates on real verdicts."""
+    import os
+
+    import sqlalchemy as sa
+
+    from sqlweave.data import open_database
+    from sqlweave.transfer import search_path_url
+
+    base = os.environ.get("SQLWEAVE_PG_URL")
+    if not base:
+        pytest.skip('SQLWEAVE_PG_URL is not set (run: eval "$(.ci/postgres.sh)")')
+    assert sa.engine.make_url(base).password, "the test server's role has a password"
+    engine = sa.create_engine(base.replace("postgresql://", "postgresql+psycopg://", 1))
+    setup = [
+        "DROP SCHEMA IF EXISTS own_pairs CASCADE",
+        "CREATE SCHEMA own_pairs",
+        'CREATE TABLE own_pairs."Shop" ("ShopId" int PRIMARY KEY, "ShopName" text, "Staff" int)',
+        "INSERT INTO own_pairs.\"Shop\" VALUES (1, 'Alpha', 10), (2, 'Beta', 20), (3, 'Gamma', 5)",
+    ]
+    with engine.connect() as conn:
+        for statement in setup:
+            conn.exec_driver_sql(statement)
+        conn.commit()
+    try:
+        with dspy.context(lm=_lm("SELECT count(*) FROM Shop")):
+            compiled = sqlweave.compile(
+                "direct",
+                db=search_path_url(base, "own_pairs"),
+                synthesize=4,
+                synthetic_out=tmp_path / "p.jsonl",
+                synthesis_check=False,
+                optimizer="labeled",
+                progress=False,
+            )
+        pairs = [json.loads(x) for x in (tmp_path / "p.jsonl").read_text().splitlines()]
+        [ref] = {p["db_path"] for p in pairs}
+        assert sa.engine.make_url(ref).password is None and "***" not in str(pairs)
+        examples = as_examples(pairs)
+        assert {id(open_database(ex)) for ex in examples} == {id(open_database(examples[0]))}
+        assert compiled.meta.val_ex_pct is not None
+    finally:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("DROP SCHEMA own_pairs CASCADE")
+            conn.commit()
+        engine.dispose()
+
+
+def test_a_compile_whose_questions_name_a_dead_database_stops_before_any_lm_call(
+    tmp_path: Path,
+):
+    """A database that does not open would score each of its questions as a miss: the compile
+    would choose on zeros. It is an error instead, naming the question and the database."""
+    from sqlweave.data import DataError
+
+    dead = "postgresql://nobody:hunter2@127.0.0.1:9/nothing"
+    train = [
+        {"question": "How many singers?", "sql": "SELECT 1", "db": str(DEMO_CONCERT_DB)},
+        {"question": "How many shops?", "sql": "SELECT 1", "db": dead, "question_id": "q2"},
+    ]
+    lm = DummyLM([])
+    with dspy.context(lm=lm), pytest.raises(DataError, match="q2 names a database") as info:
+        sqlweave.compile("direct", train, valset=train[:1], optimizer="labeled", progress=False)
+    assert "hunter2" not in str(info.value) and not lm.history

@@ -42,10 +42,12 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlweave.caches import share_database
 from sqlweave.db import Database
 from sqlweave.schema import introspect
 from sqlweave.synthesis.drafts import (
@@ -137,10 +139,27 @@ def round_trip(
 
 def database_ref(database: Database) -> str:
     """What a pair's ``db_path`` holds: a SQLite file's path, else the URL (a DuckDB file too:
-    its bare path would be opened as SQLite)."""
+    its bare path would be opened as SQLite) without its password.
+
+    A password is never written to a file. In this process the reference opens ``database``
+    itself (:func:`~sqlweave.caches.share_database`, done by :func:`synthesize`); a later one
+    reopens the URL with the password the environment gives (``PGPASSWORD`` or ``~/.pgpass`` on
+    PostgreSQL). A masked ``***`` in its place could be opened by neither."""
     if database.dialect == "sqlite" and database.path is not None:
         return str(database.path)
-    return database.url
+    return without_password(database.url)
+
+
+def without_password(url: str) -> str:
+    """``url`` with no password in it (a URL SQLAlchemy cannot read loses ``:secret@`` by
+    pattern)."""
+    import sqlalchemy as sa
+
+    try:
+        parsed = sa.engine.make_url(url)
+    except Exception:  # noqa: BLE001 - any URL still loses its password
+        return re.sub(r"(://[^:/@]*):[^@]*@", r"\1@", url)
+    return parsed._replace(password=None).render_as_string(hide_password=False)
 
 
 def read_pairs(path: Path) -> list[dict[str, Any]]:
@@ -266,6 +285,7 @@ class _Judge:
 
     def __post_init__(self) -> None:
         self.db_ref = database_ref(self.database)
+        share_database(self.db_ref, self.database)  # the pairs' db_path opens this handle
 
     def __call__(
         self, item: Draft | tuple[str, str, str], index: int

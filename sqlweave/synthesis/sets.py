@@ -340,7 +340,10 @@ def _pairs_for(
             f"whose answer matched its SQL); every tried query's verdict is in "
             f"{path}.tried.jsonl"
         )
-    return pairs
+    # Resumed pairs may name the database as an older release wrote it (a URL with "***" for
+    # its password, which nothing can open): they are this database's, so they name it as now.
+    ref = database_ref(database)
+    return [p if p.get("db_path") == ref else {**p, "db_path": ref} for p in pairs]
 
 
 __all__ = [
