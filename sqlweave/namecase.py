@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import SqlglotError
+
+from sqlweave.sqltree import parse_sql
 
 
 def _only_spelling(names: Iterable[str]) -> dict[str, str]:
@@ -64,13 +64,9 @@ def fit_case(sql: str, names: CaseNames, dialect: str = "postgres") -> str:
     lowered = sql.lower()
     if not names or not any(low in lowered for low in (*names.tables, *names.columns)):
         return sql
-    try:
-        trees = sqlglot.parse(sql, read=dialect)
-    except SqlglotError:
+    tree = parse_sql(sql, dialect)
+    if tree is None:
         return sql
-    if len(trees) != 1 or trees[0] is None:
-        return sql
-    tree = trees[0]
     own = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     changed = _fit_tables(tree, names.tables, own)
     own |= {t.alias.lower() for t in tree.find_all(exp.Table, exp.Subquery) if t.alias}

@@ -18,9 +18,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import SqlglotError
+
+from sqlweave.sqltree import parse_sql
 
 SEPARATOR = "__"
 
@@ -48,13 +48,9 @@ def to_real(sql: str, aliases: Mapping[str, str], dialect: str = "sqlite") -> st
     lowered = sql.lower()
     if not aliases or not any(s in lowered for s in aliases):
         return sql
-    try:
-        trees = sqlglot.parse(sql, read=dialect)
-    except SqlglotError:
+    tree = parse_sql(sql, dialect)
+    if tree is None:
         return sql
-    if len(trees) != 1 or trees[0] is None:
-        return sql
-    tree = trees[0]
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     changed = False
     for table in list(tree.find_all(exp.Table)):

@@ -7,6 +7,7 @@ so the package's own tests still run from a bare checkout.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -184,6 +185,35 @@ def duckdb_url(path: Path, *statements: str, engine: bool = True) -> str:
     finally:
         conn.close()
     return f"duckdb:///{path}"
+
+
+@contextlib.contextmanager
+def pg_schema(name: str, *statements: str) -> Iterator[str]:
+    """A fresh schema ``name`` on the loopback PostgreSQL of ``.ci/postgres.sh``, made by
+    ``statements`` (run with it as the search path, so they name tables bare), and a URL that
+    reads it; dropped afterwards. Skips when the server is not set up."""
+    url = os.environ.get("SQLWEAVE_PG_URL")
+    if not url:
+        pytest.skip('SQLWEAVE_PG_URL is not set (run: eval "$(.ci/postgres.sh)")')
+    import sqlalchemy as sa
+
+    from sqlweave.transfer import search_path_url
+
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        conn.exec_driver_sql(f'CREATE SCHEMA "{name}"')
+        conn.exec_driver_sql(f'SET search_path TO "{name}"')
+        for statement in statements:
+            conn.exec_driver_sql(statement)
+        conn.commit()
+    try:
+        yield search_path_url(url, name)
+    finally:
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f'DROP SCHEMA "{name}" CASCADE')
+            conn.commit()
+        engine.dispose()
 
 
 def sqlite_ddl(db: Path) -> str:

@@ -4,14 +4,13 @@ that runs (and the one a program returns) quotes the names only their capitals c
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import dspy
 import pytest
-from conftest import DEMO_CONCERT_DB
+from conftest import DEMO_CONCERT_DB, pg_schema
 from dspy.utils import DummyLM
 
 from sqlweave.db import Database
@@ -62,36 +61,19 @@ def test_sqlite_runs_and_returns_queries_as_written() -> None:
 
 @pytest.fixture
 def orm_db() -> Iterator[Database]:
-    """Tables as an ORM makes them on the loopback PostgreSQL of ``.ci/postgres.sh``."""
-    url = os.environ.get("SQLWEAVE_PG_URL")
-    if not url:
-        pytest.skip('SQLWEAVE_PG_URL is not set (run: eval "$(.ci/postgres.sh)")')
-    import sqlalchemy as sa
-
-    from sqlweave.transfer import search_path_url
-
-    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
-    setup = [
-        "DROP SCHEMA IF EXISTS orm_names CASCADE",
-        "CREATE SCHEMA orm_names",
-        'CREATE TABLE orm_names."Shop" ("ShopId" int PRIMARY KEY, "ShopName" text, "Staff" int)',
-        'CREATE TABLE orm_names."Sale" ("SaleId" int PRIMARY KEY, '
-        '"ShopId" int REFERENCES orm_names."Shop", "Amount" int)',
-        "INSERT INTO orm_names.\"Shop\" VALUES (1, 'Alpha', 3), (2, 'Beta', 7)",
-        'INSERT INTO orm_names."Sale" VALUES (1, 1, 10), (2, 2, 20), (3, 2, 5)',
-    ]
-    with engine.connect() as conn:
-        for statement in setup:
-            conn.exec_driver_sql(statement)
-        conn.commit()
-    try:
-        with Database.open(search_path_url(url, "orm_names")) as db:
-            yield db
-    finally:
-        with engine.connect() as conn:
-            conn.exec_driver_sql("DROP SCHEMA orm_names CASCADE")
-            conn.commit()
-        engine.dispose()
+    """Tables as an ORM makes them, on the loopback PostgreSQL of ``.ci/postgres.sh``."""
+    with (
+        pg_schema(
+            "orm_names",
+            'CREATE TABLE "Shop" ("ShopId" int PRIMARY KEY, "ShopName" text, "Staff" int)',
+            'CREATE TABLE "Sale" ("SaleId" int PRIMARY KEY, "ShopId" int REFERENCES "Shop", '
+            '"Amount" int)',
+            "INSERT INTO \"Shop\" VALUES (1, 'Alpha', 3), (2, 'Beta', 7)",
+            'INSERT INTO "Sale" VALUES (1, 1, 10), (2, 2, 20), (3, 2, 5)',
+        ) as url,
+        Database.open(url) as db,
+    ):
+        yield db
 
 
 @pytest.mark.postgres

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import dspy
 import pytest
-from conftest import DEMO_CONCERT_DB
+from conftest import DEMO_CONCERT_DB, pg_schema
 from dspy.utils import DummyLM
 
 from sqlweave.data import load_questions
@@ -354,44 +354,25 @@ def test_join_project_shows_columns_of_both_tables(tmp_path: Path):
 
 
 @pytest.mark.postgres
-def test_drafts_on_a_mixed_case_postgres_schema_run(tmp_path: Path):
+def test_drafts_on_a_mixed_case_postgres_schema_run():
     """Tables an ORM made on PostgreSQL ("Shop"."ShopName"): a bare ShopName means shopname
     there, so every draft must quote such names or none of them runs."""
-    import os
-
-    import sqlalchemy as sa
-
-    from sqlweave.transfer import search_path_url
-
-    url = os.environ.get("SQLWEAVE_PG_URL")
-    if not url:
-        pytest.skip('SQLWEAVE_PG_URL is not set (run: eval "$(.ci/postgres.sh)")')
-    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
     shops = ", ".join(f"({i}, 'Shop {chr(64 + i)}', {3 * i + i % 2})" for i in range(1, 7))
     sales = ", ".join(f"({i}, {1 + i % 6}, {10 * i + i % 4}, 'item {i % 5}')" for i in range(1, 19))
-    statements = [
-        "DROP SCHEMA IF EXISTS orm_case CASCADE",
-        "CREATE SCHEMA orm_case",
-        'CREATE TABLE orm_case."Shop" ("ShopId" int PRIMARY KEY, "ShopName" text, "Staff" int)',
-        'CREATE TABLE orm_case."Sale" ("SaleId" int PRIMARY KEY, "ShopId" int REFERENCES '
-        'orm_case."Shop", "Amount" int, "Item" text)',
-        f'INSERT INTO orm_case."Shop" VALUES {shops}',
-        f'INSERT INTO orm_case."Sale" VALUES {sales}',
-    ]
-    with engine.connect() as conn:
-        for statement in statements:
-            conn.exec_driver_sql(statement)
-        conn.commit()
-    try:
-        with Database.open(search_path_url(url, "orm_case")) as db:
-            drawn = list(draft_queries(db, 12))
-        drafts = [d for d in drawn if isinstance(d, Draft)]
-        failed = [d for d in drawn if not isinstance(d, Draft) and "does not run" in d[2]]
-        assert len(drafts) == 12 and failed == []
-        assert any('"ShopName"' in d.sql for d in drafts)
-        assert any("JOIN" in d.sql for d in drafts)
-    finally:
-        with engine.connect() as conn:
-            conn.exec_driver_sql("DROP SCHEMA orm_case CASCADE")
-            conn.commit()
-        engine.dispose()
+    with (
+        pg_schema(
+            "orm_case",
+            'CREATE TABLE "Shop" ("ShopId" int PRIMARY KEY, "ShopName" text, "Staff" int)',
+            'CREATE TABLE "Sale" ("SaleId" int PRIMARY KEY, "ShopId" int REFERENCES "Shop", '
+            '"Amount" int, "Item" text)',
+            f'INSERT INTO "Shop" VALUES {shops}',
+            f'INSERT INTO "Sale" VALUES {sales}',
+        ) as url,
+        Database.open(url) as db,
+    ):
+        drawn = list(draft_queries(db, 12))
+    drafts = [d for d in drawn if isinstance(d, Draft)]
+    failed = [d for d in drawn if not isinstance(d, Draft) and "does not run" in d[2]]
+    assert len(drafts) == 12 and failed == []
+    assert any('"ShopName"' in d.sql for d in drafts)
+    assert any("JOIN" in d.sql for d in drafts)

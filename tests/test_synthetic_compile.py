@@ -7,10 +7,11 @@ import json
 import logging
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import dspy
 import pytest
-from conftest import DEMO_CONCERT_DB, DEMO_ROOT, duckdb_url
+from conftest import DEMO_CONCERT_DB, DEMO_ROOT, duckdb_url, pg_schema
 from dspy.utils import DummyLM
 from typer.testing import CliRunner
 
@@ -347,6 +348,22 @@ def test_cli_compile_on_synthesized_pairs(tmp_path: Path, monkeypatch: pytest.Mo
     )
 
 
+def _compiled_on_pairs(url: str, out: Path, n: int, answer: str) -> tuple[Any, list[dict]]:
+    """``direct`` compiled (labelled demos) on ``n`` pairs synthesized for ``url`` without the
+    round trip, the model answering ``answer``; the artefact and the pairs file's records."""
+    with dspy.context(lm=_lm(answer)):
+        compiled = sqlweave.compile(
+            "direct",
+            db=url,
+            synthesize=n,
+            synthetic_out=out,
+            synthesis_check=False,
+            optimizer="labeled",
+            progress=False,
+        )
+    return compiled, [json.loads(x) for x in out.read_text().splitlines()]
+
+
 def test_pairs_of_a_duckdb_database_name_it_by_url(tmp_path: Path):
     url = duckdb_url(
         tmp_path / "shop.duckdb",
@@ -354,19 +371,9 @@ def test_pairs_of_a_duckdb_database_name_it_by_url(tmp_path: Path):
         "INSERT INTO shop VALUES (1, 'Alpha', 10), (2, 'Beta', 20), (3, 'Gamma', 5)",
         engine=False,
     )
-    with dspy.context(lm=_lm("SELECT count(*) FROM shop")):
-        compiled = sqlweave.compile(
-            "direct",
-            db=url,
-            synthesize=3,
-            synthetic_out=tmp_path / "d.jsonl",
-            synthesis_check=False,
-            optimizer="labeled",
-            progress=False,
-        )
+    compiled, pairs = _compiled_on_pairs(url, tmp_path / "d.jsonl", 3, "SELECT count(*) FROM shop")
     [entry] = compiled.meta.extra["synthetic"]["databases"]
     assert entry["db"] == url and entry["db_id"] == "shop"
-    pairs = [json.loads(x) for x in (tmp_path / "d.jsonl").read_text().splitlines()]
     assert {p["db_path"] for p in pairs} == {url}
     [ex] = as_examples(pairs[:1])
     assert ex.db_path == url and ex.db_id == "shop"
@@ -427,50 +434,24 @@ def test_a_password_protected_postgres_compiles_on_its_own_pairs(tmp_path: Path)
     """The own-database flow on a server that needs a password, with tables an ORM made: the
     pairs file names the database without its password (never "***", which nothing can open),
     the pairs reach the handle already open, and the compile validates on real verdicts."""
-    import os
-
     import sqlalchemy as sa
 
     from sqlweave.data import open_database
-    from sqlweave.transfer import search_path_url
 
-    base = os.environ.get("SQLWEAVE_PG_URL")
-    if not base:
-        pytest.skip('SQLWEAVE_PG_URL is not set (run: eval "$(.ci/postgres.sh)")')
-    assert sa.engine.make_url(base).password, "the test server's role has a password"
-    engine = sa.create_engine(base.replace("postgresql://", "postgresql+psycopg://", 1))
-    setup = [
-        "DROP SCHEMA IF EXISTS own_pairs CASCADE",
-        "CREATE SCHEMA own_pairs",
-        'CREATE TABLE own_pairs."Shop" ("ShopId" int PRIMARY KEY, "ShopName" text, "Staff" int)',
-        "INSERT INTO own_pairs.\"Shop\" VALUES (1, 'Alpha', 10), (2, 'Beta', 20), (3, 'Gamma', 5)",
-    ]
-    with engine.connect() as conn:
-        for statement in setup:
-            conn.exec_driver_sql(statement)
-        conn.commit()
-    try:
-        with dspy.context(lm=_lm("SELECT count(*) FROM Shop")):
-            compiled = sqlweave.compile(
-                "direct",
-                db=search_path_url(base, "own_pairs"),
-                synthesize=4,
-                synthetic_out=tmp_path / "p.jsonl",
-                synthesis_check=False,
-                optimizer="labeled",
-                progress=False,
-            )
-        pairs = [json.loads(x) for x in (tmp_path / "p.jsonl").read_text().splitlines()]
+    with pg_schema(
+        "own_pairs",
+        'CREATE TABLE "Shop" ("ShopId" int PRIMARY KEY, "ShopName" text, "Staff" int)',
+        "INSERT INTO \"Shop\" VALUES (1, 'Alpha', 10), (2, 'Beta', 20), (3, 'Gamma', 5)",
+    ) as url:
+        assert sa.engine.make_url(url).password, "the test server's role has a password"
+        compiled, pairs = _compiled_on_pairs(
+            url, tmp_path / "p.jsonl", 4, "SELECT count(*) FROM Shop"
+        )
         [ref] = {p["db_path"] for p in pairs}
         assert sa.engine.make_url(ref).password is None and "***" not in str(pairs)
         examples = as_examples(pairs)
         assert {id(open_database(ex)) for ex in examples} == {id(open_database(examples[0]))}
         assert compiled.meta.val_ex_pct is not None
-    finally:
-        with engine.connect() as conn:
-            conn.exec_driver_sql("DROP SCHEMA own_pairs CASCADE")
-            conn.commit()
-        engine.dispose()
 
 
 def test_a_compile_whose_questions_name_a_dead_database_stops_before_any_lm_call(
