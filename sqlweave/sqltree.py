@@ -32,7 +32,7 @@ def parse_sql(
         return None
     try:
         trees = sqlglot.parse(sql, read=dialect)
-    except (ParseError, TokenError) as err:
+    except (ParseError, TokenError, RecursionError) as err:  # nested past Python's stack too
         logger.debug("cannot parse %r: %s", sql, err)
         return None
     if several == "block":

@@ -46,6 +46,7 @@ def test_only_names_a_bare_spelling_cannot_reach_are_kept() -> None:
         ("WITH shop AS (SELECT 1 AS x) SELECT x FROM shop", None),  # the query's own name
         ("SELECT count(*) AS shopname FROM city ORDER BY shopname", None),  # an output alias
         ("SELECT ShopName FROM", None),  # does not parse: as written
+        ("SELECT " + "(" * 3000 + "ShopId" + ")" * 3000, None),  # too deep to parse: as written
     ],
 )
 def test_fit_case_quotes_what_only_capitals_can_mean(sql: str, fitted: str | None) -> None:
@@ -86,6 +87,9 @@ def test_a_bare_query_runs_on_an_orms_postgres_tables(orm_db: Database) -> None:
 
     with pytest.raises(ExecutionError, match="shops"):
         orm_db.execute("SELECT count(*) FROM Shops")
+    # Too deep to fit is the guard's clear error, not a crash.
+    with pytest.raises(ExecutionError, match="nested too deeply"):
+        orm_db.execute("SELECT " + "(" * 3000 + "ShopId" + ")" * 3000 + " FROM Shop")
 
 
 @pytest.mark.postgres
