@@ -138,8 +138,7 @@ ENGINES = Registry(
     "engine",
     {
         "sqlite": "sqlweave.db.sqlite:SQLiteEngine",
-        "postgresql": "sqlweave.db.postgres:PostgresEngine",
-        "postgres": "sqlweave.db.postgres:PostgresEngine",
+        **dict.fromkeys(("postgresql", "postgres"), "sqlweave.db.postgres:PostgresEngine"),
         "duckdb": "sqlweave.db.duckdb:DuckDBEngine",
     },
     base=Engine,
