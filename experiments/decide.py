@@ -281,7 +281,8 @@ def _line(name: str, a: dict[str, bool], b: dict[str, bool], label_b: str) -> di
     ci = bootstrap_ci(list(a.values()))
     text = (
         f"{name}: {ci} vs {label_b} {100 * cmp.ex_b:.1f}; "
-        f"{100 * cmp.delta:+.1f} {cmp.diff} p={cmp.p_value:.3g} ({cmp.only_a} vs {cmp.only_b})"
+        f"{100 * cmp.delta:+.1f} [{100 * cmp.diff.low:.1f}, {100 * cmp.diff.high:.1f}] "
+        f"p={cmp.p_value:.3g} ({cmp.only_a} vs {cmp.only_b})"
     )
     print("  " + text)
     return {
