@@ -108,6 +108,29 @@ def test_a_registered_engine_feeds_schemas_and_views(toy: Database) -> None:
     assert view.scoped(None).visible_tables is None
 
 
+class FoldingToyEngine(ToyEngine):
+    """The toy, declared to fold bare names as PostgreSQL does, with a catalog slow to read."""
+
+    folds_unquoted_names = True
+    reads = 0
+
+    def reflect(self) -> list[RawTable]:
+        type(self).reads += 1
+        time.sleep(0.6)
+        return [("Pets", [("PetId", "INTEGER", "number")], ["PetId"], [])]
+
+
+def test_the_catalog_read_for_name_case_is_not_the_first_querys_time() -> None:
+    """A folding engine reads its catalog once (:meth:`Engine.case_names`), before the first
+    query's clock starts: a short timeout is the query's, not the catalog's."""
+    register_engine("foldtoy", FoldingToyEngine, replace=True)
+    db = Database.open("foldtoy://", name="fold")
+    assert db.execute("SELECT count(*) FROM pets", timeout_s=0.3).rows == ((3,),)
+    assert db.execute("SELECT 1", timeout_s=0.3).rows == ((1,),)
+    assert FoldingToyEngine.reads == 1
+    assert db.runnable("SELECT PetId FROM Pets") == 'SELECT "PetId" FROM "Pets" AS Pets'
+
+
 def test_an_unknown_scheme_is_a_connection_error() -> None:
     with pytest.raises(ExecutionError) as caught:
         Database.open("nosuchengine://x")

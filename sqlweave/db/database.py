@@ -183,6 +183,8 @@ class Database:
         if not isinstance(sql, str):
             raise ValueError(f"sql must be a string, not {type(sql).__name__}")
         policy.check_limits(timeout_s, max_rows, max_bytes)
+        if self.backend.folds_unquoted_names:
+            self.backend.case_names()  # the catalog, read once per engine, is no query's time
         start = time.monotonic()
         deadline = start + timeout_s
         sql = self.runnable(sql.strip())
