@@ -213,9 +213,10 @@ class GraphRetriever:
             item = self.pool[self.rows[pos]]
             if qid is not None and _get(item, "question_id") == qid:
                 return True
-            return question is not None and (_get(item, "question"), db_of(pos)) == (
-                question,
-                db_id,
+            return (
+                question is not None
+                and _get(item, "question") == question
+                and (_get(item, "db_id") == db_id)
             )
 
         chosen = pick_demos(

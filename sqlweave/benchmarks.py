@@ -350,6 +350,12 @@ def load_questions(
     return examples
 
 
+def is_url(db_path: Any) -> bool:
+    """Whether a ``db_path`` is a database URL (``postgresql://…``, ``duckdb:///…``), not a file:
+    as a ``Path`` it would lose its ``//``."""
+    return isinstance(db_path, str) and "://" in db_path
+
+
 def url_name(url: str) -> str:
     """What :meth:`sqlweave.db.Database.open` names a URL's database: its database part's stem."""
     return Path(url.rsplit("/", 1)[-1].split("?", 1)[0]).stem or "db"
@@ -363,7 +369,7 @@ def _database_of(
     its ``db_id``."""
     db_path = _text(path, i, item, "db_path", "db")
     db_id = _text(path, i, item, "db_id")
-    if db_path and "://" in db_path:  # a URL: opened when asked, by the program
+    if is_url(db_path):  # opened when asked, by the program
         return db_path, db_id or url_name(db_path)
     if db_path:
         db_file = Path(db_path)
@@ -471,6 +477,6 @@ def open_database(example_or_path: Any) -> Database:
     from sqlweave.caches import open_database as open_shared
 
     db_path = getattr(example_or_path, "db_path", example_or_path)
-    if isinstance(db_path, str) and "://" in db_path:  # a URL: a path would lose its "//"
+    if is_url(db_path):
         return open_shared(db_path)
     return open_shared(database_path(example_or_path))

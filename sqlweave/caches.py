@@ -121,9 +121,7 @@ def open_database(target: str | Path) -> Database:
     """
     from sqlweave.db import Database
 
-    text = str(target)
-    if "://" not in text:
-        text = str(Path(text).expanduser().resolve())
+    text = _handle_key(target)
     return CACHE.memo("database", text, lambda: Database.open(text))
 
 
@@ -131,10 +129,14 @@ def share_database(target: str | Path, db: Database) -> None:
     """Make :func:`open_database` give ``db`` for ``target`` in this process: questions that
     name a database by a reference which cannot reopen it alone (a URL written without its
     password) reach the handle already open."""
+    CACHE.memo("database", _handle_key(target), lambda: db)
+
+
+def _handle_key(target: str | Path) -> str:
+    """The one key of a database's shared handle: a URL as given, a file path resolved (two
+    spellings of one file are one database)."""
     text = str(target)
-    if "://" not in text:
-        text = str(Path(text).expanduser().resolve())
-    CACHE.memo("database", text, lambda: db)
+    return text if "://" in text else str(Path(text).expanduser().resolve())
 
 
 __all__ = ["CACHE", "ProcessCache", "db_key", "open_database", "share_database"]

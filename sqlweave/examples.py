@@ -24,7 +24,7 @@ from typing import Any
 
 import dspy
 
-from sqlweave.benchmarks import file_exists, url_name
+from sqlweave.benchmarks import file_exists, is_url, url_name
 from sqlweave.data import INPUT_FIELDS, DataError, database_path
 from sqlweave.hardness import spider_hardness
 
@@ -81,10 +81,6 @@ def _fields(item: Any) -> Mapping[str, Any] | None:
     return None
 
 
-def _is_url(db_path: str | Path) -> bool:
-    return isinstance(db_path, str) and "://" in db_path
-
-
 def _prepare(i: int, item: Mapping[str, Any], need_sql: bool) -> tuple[dict[str, Any], list[str]]:
     """The full field set of one item, and what is missing or wrong with it."""
     problems: list[str] = []
@@ -112,12 +108,12 @@ def _prepare(i: int, item: Mapping[str, Any], need_sql: bool) -> tuple[dict[str,
             problems.append(f"db (database {db_id!r} not found; give db=PATH)")
     elif db_path is None:
         problems.append("db (a SQLite file path, or db_id of a bundled database)")
-    elif not _is_url(db_path) and not file_exists(Path(db_path).expanduser()):
+    elif not is_url(db_path) and not file_exists(Path(db_path).expanduser()):
         problems.append(f"db (no SQLite file at {db_path})")
     if problems:
         return {}, problems
     # A URL (a synthesized pair's PostgreSQL or DuckDB database) is opened as given.
-    db_file = Path(db_path).expanduser() if not _is_url(db_path) else None
+    db_file = Path(db_path).expanduser() if not is_url(db_path) else None
     difficulty = item.get("difficulty")
     if not difficulty:
         try:

@@ -87,9 +87,25 @@ def first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else text
 
 
+#: ``scheme://user:password@``: the user's part (group 1) and the password after it.
+_PASSWORD = re.compile(r"(://[^:/@]*):[^@]*@")
+
+
 def masked(url: str) -> str:
     """A URL fit for an error message: any password replaced by ***."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    return _PASSWORD.sub(r"\1:***@", url)
+
+
+def without_password(url: str) -> str:
+    """``url`` with no password in it at all, as a file may keep it (the password then comes
+    from the environment); a URL SQLAlchemy cannot read loses ``:secret@`` by pattern."""
+    import sqlalchemy as sa
+
+    try:
+        parsed = sa.engine.make_url(url)
+    except Exception:  # noqa: BLE001 - any URL still loses its password
+        return _PASSWORD.sub(r"\1@", url)
+    return parsed._replace(password=None).render_as_string(hide_password=False)
 
 
 _ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (

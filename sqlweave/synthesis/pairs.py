@@ -42,13 +42,13 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqlweave.caches import share_database
 from sqlweave.db import Database
+from sqlweave.db.errors import without_password
 from sqlweave.schema import introspect
 from sqlweave.synthesis.drafts import (
     MAX_ROWS,
@@ -148,18 +148,6 @@ def database_ref(database: Database) -> str:
     if database.dialect == "sqlite" and database.path is not None:
         return str(database.path)
     return without_password(database.url)
-
-
-def without_password(url: str) -> str:
-    """``url`` with no password in it (a URL SQLAlchemy cannot read loses ``:secret@`` by
-    pattern)."""
-    import sqlalchemy as sa
-
-    try:
-        parsed = sa.engine.make_url(url)
-    except Exception:  # noqa: BLE001 - any URL still loses its password
-        return re.sub(r"(://[^:/@]*):[^@]*@", r"\1@", url)
-    return parsed._replace(password=None).render_as_string(hide_password=False)
 
 
 def read_pairs(path: Path) -> list[dict[str, Any]]:

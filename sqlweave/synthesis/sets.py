@@ -36,7 +36,6 @@ import hashlib
 import json
 import os
 import random
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,7 @@ from typing import Any
 import dspy
 
 from sqlweave.db import Database
+from sqlweave.db.errors import masked
 from sqlweave.synthesis.pairs import (
     SynthesisError,
     database_ref,
@@ -110,7 +110,7 @@ def redact(ref: str) -> str:
 
         return sa.engine.make_url(ref).render_as_string(hide_password=True)
     except Exception:  # noqa: BLE001 - a URL SQLAlchemy cannot parse is masked by pattern
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", ref)
+        return masked(ref)
 
 
 def cache_dir() -> Path:
