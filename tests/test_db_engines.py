@@ -131,6 +131,31 @@ def test_the_catalog_read_for_name_case_is_not_the_first_querys_time() -> None:
     assert db.runnable("SELECT PetId FROM Pets") == 'SELECT "PetId" FROM "Pets" AS Pets'
 
 
+class FlakyCatalogEngine(FoldingToyEngine):
+    """The folding toy whose first catalog read fails, as a server restarting would."""
+
+    failures = 1
+
+    def reflect(self) -> list[RawTable]:
+        if type(self).failures:
+            type(self).failures -= 1
+            raise ConnectionError("the server is restarting")
+        return [("Pets", [("PetId", "INTEGER", "number")], ["PetId"], [])]
+
+
+def test_a_failed_catalog_read_is_tried_again_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One failed read fits nothing for a while (each query is not slowed by another read),
+    then the catalog is read again: the failure is not kept for the engine's life."""
+    from sqlweave.db import engine as engine_module
+
+    register_engine("flakytoy", FlakyCatalogEngine, replace=True)
+    db = Database.open("flakytoy://", name="flaky")
+    assert db.runnable("SELECT PetId FROM Pets") == "SELECT PetId FROM Pets"
+    assert db.runnable("SELECT PetId FROM Pets") == "SELECT PetId FROM Pets"  # within the pause
+    monkeypatch.setattr(engine_module, "CATALOG_RETRY_S", 0.0, raising=False)
+    assert db.runnable("SELECT PetId FROM Pets") == 'SELECT "PetId" FROM "Pets" AS Pets'
+
+
 def test_an_unknown_scheme_is_a_connection_error() -> None:
     with pytest.raises(ExecutionError) as caught:
         Database.open("nosuchengine://x")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,11 @@ logger = logging.getLogger(__name__)
 
 #: What :meth:`Engine.run` returns: column names, rows, whether a cap cut the rows short.
 Fetched = tuple[tuple[str, ...], tuple[tuple[Any, ...], ...], bool]
+
+
+#: Seconds before a folding engine reads a catalog again after a read failed
+#: (:meth:`Engine.case_names`).
+CATALOG_RETRY_S = 30.0
 
 
 class Engine(ABC):
@@ -88,18 +94,29 @@ class Engine(ABC):
 
     def case_names(self) -> CaseNames:
         """The names an unquoted spelling cannot reach here (:class:`~sqlweave.namecase.CaseNames`),
-        read from the catalog on first use and kept; none on an engine that does not fold names
-        or whose catalog cannot be read (queries then run as written)."""
+        read from the catalog on first use and kept; none on an engine that does not fold names.
+
+        A catalog that cannot be read (a server restarting, a lost connection) fits nothing:
+        queries run as written. That is not kept for good: the read is tried again once
+        :data:`CATALOG_RETRY_S` have passed, so one failure at start-up does not leave a
+        long-running server without the fitting, nor is every query slowed by a catalog read
+        that keeps failing."""
         known: CaseNames | None = getattr(self, "_case_names", None)
-        if known is None:
-            known = CaseNames()
-            if self.folds_unquoted_names:
-                try:
-                    known = CaseNames.of(self.reflect())
-                except Exception as err:  # noqa: BLE001 - a catalog we cannot read fits nothing
-                    logger.debug("no catalog to fit name case with: %s", err)
-            self._case_names = known
-        return known
+        if known is not None:
+            return known
+        if not self.folds_unquoted_names:
+            self._case_names = CaseNames()
+            return self._case_names
+        failed_at: float | None = getattr(self, "_catalog_failed_at", None)
+        if failed_at is not None and time.monotonic() - failed_at < CATALOG_RETRY_S:
+            return CaseNames()
+        try:
+            self._case_names = CaseNames.of(self.reflect())
+        except Exception as err:  # noqa: BLE001 - a catalog we cannot read fits nothing
+            logger.debug("no catalog to fit name case with (tried again later): %s", err)
+            self._catalog_failed_at = time.monotonic()
+            return CaseNames()
+        return self._case_names
 
     def reflect(self) -> list[RawTable]:
         """Tables, columns, keys from the engine's catalog, for :func:`sqlweave.schema.introspect`
