@@ -203,3 +203,26 @@ def test_postgres_fetch_of_five_million_rows_ends_by_the_deadline() -> None:
         seconds, outcome = _ends_in_time(db, "SELECT g, g::text FROM generate_series(1, 5000000) g")
     assert _timed_out_or_truncated(outcome), outcome
     assert seconds < TIMEOUT_S + GRACE_S
+
+
+def test_a_duckdb_file_given_as_a_plain_path_opens_as_duckdb(tmp_path: Path) -> None:
+    """A user's ``--db shop.duckdb`` is a DuckDB file, not "not a SQLite database file"."""
+    duckdb_url(tmp_path / "shop.duckdb", "CREATE TABLE t AS SELECT 7 AS x")
+    with Database.open(tmp_path / "shop.duckdb") as db:
+        assert db.dialect == "duckdb" and db.name == "shop"
+        assert db.execute("SELECT x FROM t").rows == ((7,),)
+    (tmp_path / "other.db").write_bytes(b"neither SQLite nor DuckDB" * 4)
+    with pytest.raises(ExecutionError, match="not a SQLite database file"):
+        Database.open(tmp_path / "other.db")
+
+
+def test_a_url_with_three_slashes_to_an_absolute_path_says_to_write_four(tmp_path: Path) -> None:
+    duckdb_url(tmp_path / "shop.duckdb", "CREATE TABLE t AS SELECT 7 AS x")
+    relative = str(tmp_path / "shop.duckdb").lstrip("/")
+    with pytest.raises(ExecutionError, match="four slashes: duckdb:////") as caught:
+        Database.open(f"duckdb:///{relative}")
+    assert caught.value.kind == "connection"
+    sqlite_file = tmp_path / "x.sqlite"
+    sqlite3.connect(sqlite_file).close()
+    with pytest.raises(ExecutionError, match="four slashes: sqlite:////"):
+        Database.open(f"sqlite:///{str(sqlite_file).lstrip('/')}")

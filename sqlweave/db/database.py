@@ -31,6 +31,16 @@ DEFAULT_MAX_ROWS = 10_000
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
 
+def is_duckdb_file(path: Path) -> bool:
+    """Whether ``path`` is a DuckDB database file (its header holds ``DUCK`` at byte 8), so a
+    plain path opens one as it opens a SQLite file."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(12)[8:12] == b"DUCK"
+    except OSError:
+        return False
+
+
 class Database:
     """A read-only handle on one database. Open with :meth:`Database.open`.
 
@@ -125,8 +135,9 @@ class Database:
     def open(
         cls, target: str | Path, *, name: str | None = None, allow_superuser: bool = False
     ) -> Database:
-        """Open a SQLite file path, or a URL (``sqlite:///``, ``postgresql://``, ``duckdb:///``, or
-        the scheme of any engine registered in :data:`~sqlweave.db.engine.ENGINES`).
+        """Open a SQLite or DuckDB file path (told apart by the file's header), or a URL
+        (``sqlite:///``, ``postgresql://``, ``duckdb:///``, or the scheme of any engine
+        registered in :data:`~sqlweave.db.engine.ENGINES`).
 
         Raises :class:`ExecutionError` (kind ``connection``) with a one-line message when the
         database is missing, unreachable, corrupted or the URL is malformed. A PostgreSQL role
@@ -135,6 +146,8 @@ class Database:
         ``docs/security.md``).
         """
         text = str(target)
+        if "://" not in text and is_duckdb_file(Path(text)):
+            text = f"duckdb:///{Path(text).resolve()}"
         if "://" not in text:
             from sqlweave.db.sqlite import SQLiteEngine
 

@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from sqlweave.db.engine import Engine, Fetched
-from sqlweave.db.errors import ExecutionError, classify_error, first_line
+from sqlweave.db.errors import ExecutionError, classify_error, first_line, not_found
 from sqlweave.db.fetch import fetch
 from sqlweave.db.reflect import RawTable, kind_from_text
 from sqlweave.db.watchdog import WATCHDOG, RunningQueries
@@ -39,7 +39,7 @@ class DuckDBEngine(Engine):
     def open(cls, url: sa.URL, *, allow_superuser: bool = False) -> DuckDBEngine:
         path = Path(url.database or "")
         if not path.is_file():
-            raise ExecutionError("connection", f"DuckDB database not found: {path}")
+            raise not_found("DuckDB", path, "duckdb")
         try:
             # read_only keeps the file intact; without external access a query can neither read
             # nor write other files (COPY ... TO, read_csv, ATTACH), and the lock stops it from

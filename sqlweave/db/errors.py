@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlweave.errors import SqlweaveError
@@ -132,6 +133,19 @@ _ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     ("syntax", re.compile(r"syntax error|parser error|incomplete input", re.I)),
 )
+
+
+def not_found(engine: str, path: Path, scheme: str = "") -> ExecutionError:
+    """``<engine> database not found: <path>``, a ``connection`` error. A URL's path after
+    ``scheme:///`` is relative to the working directory; where the same path from the root
+    exists, the message says to write four slashes, the mistake that hides behind it."""
+    message = f"{engine} database not found: {path}"
+    if scheme and not path.is_absolute() and (Path("/") / path).is_file():
+        message += (
+            f" (after '{scheme}:///' a path is relative to the working directory; "
+            f"for /{path} write four slashes: {scheme}:////{path})"
+        )
+    return ExecutionError("connection", message)
 
 
 def classify_error(message: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from sqlweave.db.engine import Engine, Fetched
-from sqlweave.db.errors import ExecutionError, classify_error
+from sqlweave.db.errors import ExecutionError, classify_error, not_found
 from sqlweave.db.fetch import fetch
 from sqlweave.db.policy import FORBIDDEN_FUNCTIONS, MAX_SQL_CHARS
 from sqlweave.db.watchdog import WATCHDOG
@@ -233,13 +233,16 @@ class SQLiteEngine(Engine):
     def open(cls, url: sa.URL, *, allow_superuser: bool = False) -> SQLiteEngine:
         if not url.database or url.database == ":memory:":
             raise ExecutionError("connection", "an in-memory SQLite database has nothing to read")
-        return cls.open_file(Path(url.database))
+        path = Path(url.database)
+        if not path.is_file():
+            raise not_found("SQLite", path, "sqlite")
+        return cls.open_file(path)
 
     @classmethod
     def open_file(cls, path: Path) -> SQLiteEngine:
         """Open the SQLite file at ``path`` (what a plain path given to ``Database.open`` names)."""
         if not path.is_file():
-            raise ExecutionError("connection", f"SQLite database not found: {path}")
+            raise not_found("SQLite", path)
         try:
             with open(path, "rb") as fh:
                 header = fh.read(16)
