@@ -90,7 +90,10 @@ def cmd_draw(args: argparse.Namespace) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
-    cg, probed = list(read_records(args.cg)), list(read_records(args.probed))
+    cg = [r for path in [args.cg, *args.extra_cg] for r in read_records(path)]
+    probed = [r for path in [args.probed, *args.extra_probed] for r in read_records(path)]
+    if len({r["question_id"] for r in cg}) != len(cg):
+        raise SystemExit("the rows repeat questions")
     by_id = {r["question_id"]: r for r in probed}
     probed = [by_id[r["question_id"]] for r in cg]
     same = all(a["pool_sql"] == b["pool_sql"] for a, b in zip(cg, probed, strict=True))
@@ -98,20 +101,22 @@ def cmd_compare(args: argparse.Namespace) -> None:
     labels, dbs = _xy(cg, "pool")[1], [r["db_id"] for r in cg]
     oof = {"C1": out_of_fold(cg, "pool"), "C1p": out_of_fold(probed, "pool")}
     diff = [b - a for a, b in zip(brier(oof["C1"], labels), brier(oof["C1p"], labels), strict=True)]
-    mean, low, high = cluster_bootstrap(diff, dbs)
-    seconds = {
+    mean, low, high = cluster_bootstrap(diff, dbs, level=args.level)
+    second_rows = {
         "C1": list(read_records(args.second_cg)),
         "C1p": list(read_records(args.second_probed)),
     }
     full = {"C1": fit_calibrator(*_xy(cg, "pool")), "C1p": fit_calibrator(*_xy(probed, "pool"))}
-    on_second = {k: [full[k].probability(f) for f in _xy(seconds[k], "pool")[0]] for k in full}
-    labels2 = _xy(seconds["C1"], "pool")[1]
+    on_second = {k: [full[k].probability(f) for f in _xy(second_rows[k], "pool")[0]] for k in full}
+    labels2 = _xy(second_rows["C1"], "pool")[1]
     second_brier = {k: float(np.mean(brier(v, labels2))) for k, v in on_second.items()}
     adopted = same and high < 0 and second_brier["C1p"] <= second_brier["C1"]
     report: dict[str, Any] = {
-        "rule": "docs/decisions.md, rule 38",
+        "rule": "docs/decisions.md, rule 39" if args.extra_cg else "docs/decisions.md, rule 38",
         "answers_unchanged": same,
         "n": len(cg),
+        "extra_rows": [Path(p).name for p in [*args.extra_cg, *args.extra_probed]],
+        "level": args.level,
         "brier_out_of_fold": {
             k: round(float(np.mean(brier(v, labels))), 4) for k, v in oof.items()
         },
@@ -155,6 +160,9 @@ def main() -> None:
     c.add_argument("--second-cg", required=True)
     c.add_argument("--second-probed", required=True)
     c.add_argument("--out", default="rule38.json")
+    c.add_argument("--extra-cg", nargs="*", default=[], help="rule 39: more of Cg's rows")
+    c.add_argument("--extra-probed", nargs="*", default=[], help="rule 39: their probed rows")
+    c.add_argument("--level", type=float, default=0.95, help="the interval's level (39: 0.975)")
     c.set_defaults(func=cmd_compare)
     args = parser.parse_args()
     args.func(args)

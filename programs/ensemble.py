@@ -158,6 +158,12 @@ class EnsembleSQL(SQLProgram):
       otherwise draw the rest and select over the whole pool, in the same order as without
       it. Rules 27 and 29 of ``docs/decisions.md`` decided it on recorded pools; it replaces
       the early stop below.
+    * ``probe`` (False): where the cascade stops, one more candidate, the first generator's
+      first sample, joins the pool. It cannot change the answer (the agreeing greedy
+      candidates outvote it, and the answer is the first of them); the answer's confidence
+      then sees whether a sampled query agrees, which tells apart the answers two agreeing
+      greedy queries give (rules 38 and 39 of ``docs/decisions.md``). One sampled call a
+      stopped question; the first prompt's state is kept, so only its tokens are decoded.
 
     **Early stop.** With the plain vote and equal weights the pool stops drawing once the vote is
     settled: before each generator, if the candidates so far decide the vote whatever the
@@ -207,6 +213,7 @@ class EnsembleSQL(SQLProgram):
         repair_max: int | None = None,
         sample_rows: int = 5,
         cascade: bool = False,
+        probe: bool = False,
     ) -> None:
         names = parse_names(generators)
         counts = parse_samples(samples, names)
@@ -230,6 +237,7 @@ class EnsembleSQL(SQLProgram):
         self.rules = stage_registry.build("corrector", "rules") if candidate_rules else None
         self.repair = PoolRepair(repair, repair_scope, repair_max)
         self.cascade = bool(cascade)
+        self.probe = bool(probe)
         for name in names:
             generator = generator_registry.build_shared(name, {"sample_rows": int(sample_rows)})
             setattr(self, f"gen_{name}", generator)
@@ -309,6 +317,11 @@ class EnsembleSQL(SQLProgram):
         outcomes = [tally.outcome(sql) for sql in firsts]
         if greedy_agree(firsts, outcomes, db.dialect, ValueLookup(db)):
             logger.debug("ensemble: the greedy candidates agree; no samples drawn")
+            if self.probe:  # for the confidence alone: it cannot outvote the agreeing pair
+                first = self.names[0]
+                sampler = getattr(self, f"sample_{first}")
+                drawn = sampler.probe(db, **prompts[first].inputs)
+                pools[first] += self._ruled(drawn, ran, ask["question"], db)
             return pools, schema_text
         for name in reversed(self.names):
             sampler = getattr(self, f"sample_{name}")

@@ -46,6 +46,12 @@ class Preset:
         return len(str(self.switches.get("generators", "")).split(","))
 
     @property
+    def stopped(self) -> int:
+        """Candidates (and LM calls) a question takes where a ``cascade`` stops: one greedy
+        candidate per prompt, and the ``probe`` sample when it is on."""
+        return self.prompts + int(bool(self.switches.get("probe")))
+
+    @property
     def candidates(self) -> int:
         """Candidates a question draws at most (before any repair; a ``cascade`` stops at one per
         prompt where those agree): ``samples`` for each prompt, or the
@@ -87,17 +93,20 @@ PRESETS: dict[str, Preset] = {
             "selector": "grounded",
             "corrector": "rules_intersect",
             "cascade": True,
+            "probe": True,
         },
         summary="two prompts reading different evidence, direct's schema and Dubo-SQL's DDL "
         "with sample rows, each asked for its greedy query; where the two agree (both run, "
-        "non-empty, one answer, every text they compare stored) that is the answer; "
+        "non-empty, one answer, every text they compare stored) that is the answer, and one "
+        "sample of the first prompt tells the confidence whether a sampled query agrees; "
         "otherwise each draws 3 more (at 1.0 and 0.7), the joins a query forgot are added "
         "where no candidate runs, a vote (one each) among the candidates whose values the "
         "database stores, then the rules and the 'both' rewrite; each part kept by rules 16, "
-        "19, 27 and 29",
+        "19, 27, 29 and 39",
         measured="spider-dev-200 74.5, bird-52 69.2 (read once each), 5.0 / 8.5 s/question "
-        "cold; decision set (1,000 Spider train questions on 128 databases) 79.5 with 4.3 LM "
-        "calls a question (docs/decisions.md, rules 27 and 29)",
+        "cold (before the probe); decision set (1,000 Spider train questions on 128 "
+        "databases) 79.5 with 4.9 LM calls a question (docs/decisions.md, rules 27, 29 "
+        "and 39)",
         # the join repair's worth depends on the database (issue 59: +25 on bird-52's one
         # database, a lookup join no question asked for on others)
         space={"repair": ("joins", "none"), "repair_scope": ("fallback", "all")},

@@ -53,8 +53,9 @@ def test_each_preset_answers_end_to_end_with_its_switches(name: str, db_file: Pa
         result = sqlweave.ask("How many singers are there?", db_file, preset=name)
     assert result.ok and result.rows == ((6,),)
     program = result.steps  # the program's own outputs: how many candidates it chose among
-    # Every answer is the same: a cascade stops at one greedy candidate per prompt.
-    drawn = preset.prompts if preset.switches.get("cascade") else preset.candidates
+    # Every answer is the same: a cascade stops at one greedy candidate per prompt (and its
+    # probe sample).
+    drawn = preset.stopped if preset.switches.get("cascade") else preset.candidates
     assert len(program["candidates"]) == drawn
     assert lm.history  # the model was asked (samples may share one batched call)
     built = sqlweave.api._as_program(None, {}, name)
@@ -67,7 +68,7 @@ def test_no_program_options_run_the_default_preset(db_file: Path) -> None:
     with dspy.context(lm=lm):
         result = sqlweave.ask("How many singers are there?", db_file)
     preset = PRESETS[DEFAULT_PRESET]
-    drawn = preset.prompts if preset.switches.get("cascade") else preset.candidates
+    drawn = preset.stopped if preset.switches.get("cascade") else preset.candidates
     assert len(result.steps["candidates"]) == drawn
 
 
@@ -142,7 +143,7 @@ def test_each_preset_answers_with_the_real_local_model(name: str, db_file: Path)
     preset = PRESETS[name]
     drawn = len(result.steps["candidates"])
     if preset.switches.get("cascade"):  # the greedy answers agree, or every sample is drawn
-        assert drawn in (preset.prompts, preset.candidates)
+        assert drawn in (preset.stopped, preset.candidates)
     else:
         assert drawn == preset.candidates
     assert 0.0 <= result.confidence <= 1.0

@@ -163,6 +163,32 @@ def test_the_cascade_stops_at_the_greedy_candidates_when_they_agree(db) -> None:
     assert program.switches["cascade"] is True  # what artefacts keep
 
 
+@pytest.mark.parametrize("probe", [RIGHT, OTHER, "SELECT nonsense FROM nowhere"])
+def test_the_probe_joins_a_stopped_pool_and_never_changes_the_answer(db, probe) -> None:
+    """Rules 38-39: where the cascade stops, the first generator's first sample joins the pool
+    (for the confidence); the two agreeing greedy candidates outvote it, whatever it returns."""
+    program = EnsembleSQL(
+        generators="direct,sea", samples=3, cascade=True, probe=True, corrector="none"
+    )
+    lm = DummyLM([{"sql": RIGHT}, {"sql": RIGHT}, {"sql": probe}])
+    with dspy.context(lm=lm):
+        pred = program(question=QUESTION, db=db)
+    assert list(pred.candidates) == [RIGHT, probe, RIGHT]
+    assert pred.candidate_origins == ["direct:greedy", "direct:sampled", "sea:greedy"]
+    assert pred.sql == RIGHT
+    assert program.switches["probe"] is True
+
+
+def test_the_probe_is_not_drawn_where_the_cascade_draws_the_rest(db) -> None:
+    program = EnsembleSQL(
+        generators="direct,sea", samples=2, cascade=True, probe=True, corrector="none"
+    )
+    lm = DummyLM([{"sql": RIGHT}, {"sql": OTHER}, {"sql": OTHER}, {"sql": RIGHT}])
+    with dspy.context(lm=lm):
+        pred = program(question=QUESTION, db=db)
+    assert len(pred.candidates) == 4  # the greedy pair, then one sample each: no probe
+
+
 GUESS = "SELECT count(*) FROM singer WHERE country = 'Atlantis'"
 
 

@@ -134,6 +134,20 @@ class Sampler(dspy.Module):
             start=1,
         )
 
+    def probe(self, db: Database | str | Path, **inputs: Any) -> Candidates:
+        """Rollout 1 alone, sampled at ``temperature``: the first sample :meth:`rest` would
+        draw (the same rollout id and seed), asked where a cascade stopped, so the answer's
+        confidence sees whether a sampled query agrees (docs/decisions.md, rules 38 and 39)."""
+        return self.draw(
+            resolve_database(db),
+            inputs,
+            lambda i: sample_lm(i, self.temperature, greedy_first=self.greedy_first),
+            n=1,
+            samples=1,
+            greedy=False,
+            start=1,
+        )
+
     def draw(
         self,
         db: Database,
