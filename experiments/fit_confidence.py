@@ -345,13 +345,30 @@ def cmd_compare(args: argparse.Namespace) -> None:
         "brier_second_check": {k: round(v, 4) for k, v in second_brier.items()},
         "c2_adopted": adopted,
     }
-    for name in sets:
-        cut = threshold_for_all([(oof[name], labels), (on_second[name], labels2)], TARGET_PRECISION)
-        report[f"{name}_out_of_fold"] = figures(oof[name], labels, cut)
-        report[f"{name}_second_check"] = figures(on_second[name], labels2, cut)
-        report[f"{name}_weights"] = full[name].as_dict()
+    write_comparison(report, full, oof, labels, on_second, labels2, args.out)
+
+
+def write_comparison(
+    report: dict[str, Any],
+    full: dict[str, Calibrator],
+    oof: dict[str, list[float]],
+    labels: Sequence[bool],
+    on_second: dict[str, list[float]],
+    labels2: Sequence[bool],
+    name: str,
+) -> None:
+    """A Brier comparison's report (rules 20-39) completed with each model's figures at the
+    threshold both train-side sets hold and its weights, printed and written under
+    ``results/confidence/name``."""
+    for model in full:
+        cut = threshold_for_all(
+            [(oof[model], labels), (on_second[model], labels2)], TARGET_PRECISION
+        )
+        report[f"{model}_out_of_fold"] = figures(oof[model], labels, cut)
+        report[f"{model}_second_check"] = figures(on_second[model], labels2, cut)
+        report[f"{model}_weights"] = full[model].as_dict()
     print(json.dumps(report, indent=1))
-    out = RESULTS / args.out
+    out = RESULTS / name
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out}")
 

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from fit_confidence import RESULTS, TARGET_PRECISION, _xy, brier, figures, out_of_fold
+from fit_confidence import _xy, brier, out_of_fold, write_comparison
 from tqdm import tqdm
 
-from sqlweave.confidence import fit_calibrator, threshold_for_all
+from sqlweave.confidence import fit_calibrator
 from sqlweave.evaluate import read_records
 from sqlweave.stats import cluster_bootstrap
 
@@ -128,15 +128,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
         "brier_second_check": {k: round(v, 4) for k, v in second_brier.items()},
         "c1p_adopted": adopted,
     }
-    for name in full:
-        cut = threshold_for_all([(oof[name], labels), (on_second[name], labels2)], TARGET_PRECISION)
-        report[f"{name}_out_of_fold"] = figures(oof[name], labels, cut)
-        report[f"{name}_second_check"] = figures(on_second[name], labels2, cut)
-        report[f"{name}_weights"] = full[name].as_dict()
-    print(json.dumps(report, indent=1))
-    out = RESULTS / args.out
-    out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {out}")
+    write_comparison(report, full, oof, labels, on_second, labels2, args.out)
 
 
 def main() -> None:
