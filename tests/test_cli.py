@@ -283,9 +283,9 @@ def test_evaluate_killed_mid_run_resumes_without_gaps_or_repeats(
     calls = int(done.stderr.rsplit("LM_CALLS=", 1)[1].split()[0])
     from sqlweave.programs.presets import DEFAULT_PRESET, get_preset
 
-    # one batched call per prompt of the default preset (and its probe where the cascade
-    # stops), for each unfinished question only
-    prompts = get_preset(DEFAULT_PRESET).stopped
+    # one batched call per prompt of the default preset, for each unfinished question only
+    # (the cascade's probe is a sample: drawn on a copy of the model, not in its history)
+    prompts = get_preset(DEFAULT_PRESET).prompts
     assert calls == prompts * (n - len(before))  # only the unfinished ones (in flight included)
 
 
