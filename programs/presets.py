@@ -103,10 +103,10 @@ PRESETS: dict[str, Preset] = {
         "where no candidate runs, a vote (one each) among the candidates whose values the "
         "database stores, then the rules and the 'both' rewrite; each part kept by rules 16, "
         "19, 27, 29 and 39",
-        measured="spider-dev-200 72.0, bird-52 76.9 (read once each; before the probe, the same "
-        "stops read 74.5 / 69.2), 5.0 / 8.5 s/question cold; decision set (1,000 Spider train questions on 128 "
-        "databases) 79.5 with 4.9 LM calls a question (docs/decisions.md, rules 27, 29 "
-        "and 39)",
+        measured="spider-dev-200 72.0, bird-52 76.9 (read once each; before the probe, the "
+        "same stops read 74.5 / 69.2), 5.0 / 8.5 s/question cold; decision set (1,000 Spider "
+        "train questions on 128 databases) 79.5 with 4.9 LM calls a question "
+        "(docs/decisions.md, rules 27, 29 and 39)",
         # the join repair's worth depends on the database (issue 59: +25 on bird-52's one
         # database, a lookup join no question asked for on others)
         space={"repair": ("joins", "none"), "repair_scope": ("fallback", "all")},
