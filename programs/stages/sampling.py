@@ -103,7 +103,7 @@ class Sampler(dspy.Module):
         return self.draw(
             resolve_database(db),
             inputs,
-            lambda i: sample_lm(i, self.temperature, greedy_first=self.greedy_first),
+            self._rollout_lm,
             n=self.n,
             samples=self.n - first,
             greedy=bool(first) and self.temperature > 0,
@@ -115,7 +115,7 @@ class Sampler(dspy.Module):
         return self.draw(
             resolve_database(db),
             inputs,
-            lambda i: sample_lm(i, self.temperature, greedy_first=self.greedy_first),
+            self._rollout_lm,
             n=1,
             samples=0,  # one call: nothing to batch
             greedy=False,
@@ -124,29 +124,23 @@ class Sampler(dspy.Module):
     def rest(self, db: Database | str | Path, **inputs: Any) -> Candidates:
         """Rollouts 1 to ``n - 1``, sampled together: :meth:`forward`'s candidates after
         :meth:`first`'s (the same rollout ids, so the same seeds)."""
-        return self.draw(
-            resolve_database(db),
-            inputs,
-            lambda i: sample_lm(i, self.temperature, greedy_first=self.greedy_first),
-            n=self.n - 1,
-            samples=self.n - 1,
-            greedy=False,
-            start=1,
-        )
+        return self._samples(db, inputs, self.n - 1)
 
     def probe(self, db: Database | str | Path, **inputs: Any) -> Candidates:
         """Rollout 1 alone, sampled at ``temperature``: the first sample :meth:`rest` would
         draw (the same rollout id and seed), asked where a cascade stopped, so the answer's
         confidence sees whether a sampled query agrees (docs/decisions.md, rules 38 and 39)."""
+        return self._samples(db, inputs, 1)
+
+    def _samples(self, db: Database | str | Path, inputs: dict[str, Any], n: int) -> Candidates:
+        """Rollouts 1 to ``n``, sampled together (what :meth:`rest` and :meth:`probe` draw)."""
         return self.draw(
-            resolve_database(db),
-            inputs,
-            lambda i: sample_lm(i, self.temperature, greedy_first=self.greedy_first),
-            n=1,
-            samples=1,
-            greedy=False,
-            start=1,
+            resolve_database(db), inputs, self._rollout_lm, n=n, samples=n, greedy=False, start=1
         )
+
+    def _rollout_lm(self, i: int) -> Any:
+        """The model rollout ``i`` is made on (:func:`sample_lm`: greedy or sampled, its seed)."""
+        return sample_lm(i, self.temperature, greedy_first=self.greedy_first)
 
     def draw(
         self,

@@ -233,16 +233,14 @@ class SQLiteEngine(Engine):
     def open(cls, url: sa.URL, *, allow_superuser: bool = False) -> SQLiteEngine:
         if not url.database or url.database == ":memory:":
             raise ExecutionError("connection", "an in-memory SQLite database has nothing to read")
-        path = Path(url.database)
-        if not path.is_file():
-            raise not_found("SQLite", path, "sqlite")
-        return cls.open_file(path)
+        return cls.open_file(Path(url.database), scheme="sqlite")
 
     @classmethod
-    def open_file(cls, path: Path) -> SQLiteEngine:
-        """Open the SQLite file at ``path`` (what a plain path given to ``Database.open`` names)."""
+    def open_file(cls, path: Path, *, scheme: str = "") -> SQLiteEngine:
+        """Open the SQLite file at ``path`` (what a plain path given to ``Database.open`` names;
+        ``scheme``: the URL's, when the path came from one, for the not-found message)."""
         if not path.is_file():
-            raise not_found("SQLite", path)
+            raise not_found("SQLite", path, scheme)
         try:
             with open(path, "rb") as fh:
                 header = fh.read(16)
