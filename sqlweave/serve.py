@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -158,19 +159,28 @@ class _State:
     databases: dict[str, Database]
     lm: Any
     model: str | None
-    serialized: bool
+    serialized: bool | None
     concurrency: int
     max_rows: int
     timeout_s: float
-    limiter: Any = field(default=None)
+    limiters: dict[bool, Any] = field(default_factory=dict)
+
+    def takes_turns(self) -> bool:
+        """Whether questions take turns now: as fixed at creation, or (None) whether the model
+        that will answer runs in this process, read per request, since DSPy's configured LM
+        may be set after the app is made."""
+        if self.serialized is not None:
+            return self.serialized
+        return in_process(self.current_lm(), self.model)
 
     def worker_limiter(self) -> Any:
         # Made on first use, inside the event loop that runs the app.
-        if self.limiter is None:
+        turns = self.takes_turns()
+        if turns not in self.limiters:
             import anyio
 
-            self.limiter = anyio.CapacityLimiter(1 if self.serialized else self.concurrency)
-        return self.limiter
+            self.limiters[turns] = anyio.CapacityLimiter(1 if turns else self.concurrency)
+        return self.limiters[turns]
 
     def current_lm(self) -> Any:
         return self.lm if self.lm is not None else _configured_lm()
@@ -268,9 +278,7 @@ def create_app(
         databases=_open(databases),
         lm=lm,
         model=model or _model_spec(lm),
-        serialized=in_process(lm if lm is not None else _configured_lm(), model)
-        if serialized is None
-        else serialized,
+        serialized=in_process(lm, model) if serialized is None and lm is not None else serialized,
         concurrency=concurrency,
         max_rows=max_rows,
         timeout_s=float(timeout_s),
@@ -285,12 +293,18 @@ def create_app(
 
 def _check_limits(max_rows: Any, concurrency: Any, timeout_s: Any) -> None:
     """Refuse limits that would make every request fail (or none ever finish) before serving."""
-    if not isinstance(max_rows, int) or max_rows < 1:
+    if not _count(max_rows):
         raise ServeError(f"max_rows must be at least 1, not {max_rows!r}")
-    if not isinstance(concurrency, int) or concurrency < 1:
+    if not _count(concurrency):
         raise ServeError(f"concurrency must be at least 1, not {concurrency!r}")
-    if not timeout_s or timeout_s <= 0:
-        raise ServeError(f"timeout_s must be positive, not {timeout_s!r}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
+        raise ServeError(f"timeout_s must be a number of seconds, not {timeout_s!r}")
+    if not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise ServeError(f"timeout_s must be positive and finite, not {timeout_s!r}")
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _routes(state: _State, compiled: Any) -> list[Any]:
@@ -308,8 +322,8 @@ def _routes(state: _State, compiled: Any) -> list[Any]:
                 "program": compiled.meta.program,
                 "model": state.model or _model_spec(state.current_lm()),
                 "databases": list(state.databases),
-                "serialized": state.serialized,
-                "concurrency": 1 if state.serialized else state.concurrency,
+                "serialized": state.takes_turns(),
+                "concurrency": 1 if state.takes_turns() else state.concurrency,
             }
         )
 
@@ -345,9 +359,17 @@ def _routes(state: _State, compiled: Any) -> list[Any]:
 
 
 def _json(body: Any, status: int = 200) -> Any:
-    from starlette.responses import JSONResponse
+    from starlette.responses import Response
 
-    return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
+    # ASCII-escaped, so that text no UTF-8 can hold (a lone surrogate a client sent, echoed in
+    # an error) is written as its escape instead of failing inside the response.
+    text = json.dumps(body, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return Response(
+        text,
+        status_code=status,
+        media_type="application/json",
+        headers={"Cache-Control": "no-store"},
+    )
 
 
 def _page_response() -> Any:
@@ -386,34 +408,54 @@ async def _request_fields(request: Any) -> tuple[str, Any, str]:
     if kind != "application/json":
         # A form post from another site's page needs no CORS preflight; a JSON one does.
         raise _BadRequest(415, "send the question as JSON (Content-Type: application/json)")
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise _BadRequest(413, f"the request body is over {MAX_BODY_BYTES} bytes")
+    body = await _bounded_body(request)
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as err:
+    except (ValueError, RecursionError) as err:  # RecursionError: nesting too deep to parse
         raise _BadRequest(400, f"the body is not valid JSON: {err}") from None
     if not isinstance(data, dict):
         raise _BadRequest(422, f"the body must be a JSON object, not {_type(data)}")
     unknown = sorted(set(data) - set(_FIELDS))
     if unknown:
-        raise _BadRequest(
-            422, f"unknown field(s) {', '.join(unknown)}; /ask takes {', '.join(_FIELDS)}"
-        )
+        names = ", ".join(ascii(name) for name in unknown)
+        raise _BadRequest(422, f"unknown field(s) {names}; /ask takes {', '.join(_FIELDS)}")
     question = data.get("question")
     if not isinstance(question, str) or not question.strip():
         shown = "missing" if "question" not in data else f"{_type(question)} {question!r}"
         raise _BadRequest(422, f"question must be a non-empty string ({shown})")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise _BadRequest(422, f"question is over {MAX_QUESTION_CHARS} characters")
+    question = _text("question", question.strip(), MAX_QUESTION_CHARS)
     evidence = data.get("evidence")
     if evidence is None:
         evidence = ""
     if not isinstance(evidence, str):
         raise _BadRequest(422, f"evidence must be a string, not {_type(evidence)}")
-    if len(evidence) > MAX_EVIDENCE_CHARS:
-        raise _BadRequest(422, f"evidence is over {MAX_EVIDENCE_CHARS} characters")
-    return question.strip(), data.get("db"), evidence
+    return question, data.get("db"), _text("evidence", evidence, MAX_EVIDENCE_CHARS)
+
+
+def _text(field_name: str, value: str, limit: int) -> str:
+    if len(value) > limit:
+        raise _BadRequest(422, f"{field_name} is over {limit} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: JSON can carry it, no model prompt can
+        raise _BadRequest(422, f"{field_name} holds text that is not valid Unicode") from None
+    return value
+
+
+async def _bounded_body(request: Any) -> bytes:
+    """The request body, refused with 413 as soon as it is known to pass ``MAX_BODY_BYTES``
+    (by its Content-Length, or while it streams in) rather than after all of it is held."""
+    too_big = _BadRequest(413, f"the request body is over {MAX_BODY_BYTES} bytes")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def _ask(state: _State, request: Any) -> Any:
@@ -478,7 +520,7 @@ def serve(
     except ImportError as err:
         raise _missing_extra(err) from err
     wildcard = host in ("0.0.0.0", "::", "")
-    allowed = None if wildcard else tuple(dict.fromkeys([*LOOPBACK_HOSTS, host]))
+    allowed = None if wildcard else tuple(dict.fromkeys([*LOOPBACK_HOSTS, *_host_forms(host)]))
     if host not in LOOPBACK_HOSTS:
         logger.warning(
             "serving on %s: anyone who can reach it can ask questions of your databases", host
@@ -494,3 +536,13 @@ def serve(
         allowed_hosts=allowed,
     )
     uvicorn.run(app, host=host, port=port, log_level=log_level, workers=1)
+
+
+def _host_forms(host: str) -> tuple[str, ...]:
+    """``host`` as a Host header may name it: an IPv6 address also in brackets."""
+    return (host, f"[{host}]") if ":" in host and not host.startswith("[") else (host,)
+
+
+def url_of(host: str, port: int) -> str:
+    """The page's address, an IPv6 host in brackets."""
+    return f"http://{_host_forms(host)[-1]}:{port}/"

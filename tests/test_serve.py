@@ -168,6 +168,55 @@ def test_bad_requests_get_a_json_error_naming_the_field(
     assert named in response.json()["error"]
 
 
+@pytest.mark.parametrize(
+    ("body", "status", "named"),
+    [
+        ("[" * 100_000, 400, "JSON"),  # nesting too deep to parse: a RecursionError inside
+        ('{"question": "x", "\\ud800": 1}', 422, "\\ud800"),  # a field no UTF-8 can hold
+        ('{"question": "how many \\ud800 singers"}', 422, "question"),
+        ('{"question": "How many?", "evidence": "\\udfff"}', 422, "evidence"),
+    ],
+)
+def test_malformed_text_is_a_4xx_json_error_never_a_500(
+    client: TestClient, body: str, status: int, named: str
+) -> None:
+    response = client.post("/ask", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    assert named in response.json()["error"]
+
+
+def test_a_question_is_measured_after_its_padding_is_cut(client: TestClient) -> None:
+    padded = " " * 5000 + "How many singers are there?" + " " * 5000
+    assert client.post("/ask", json={"question": padded}).status_code == 200
+
+
+def test_an_oversized_body_is_refused_before_it_is_all_read(client: TestClient) -> None:
+    import anyio
+
+    from sqlweave.serve import MAX_BODY_BYTES, _BadRequest, _bounded_body
+
+    class Streamed:  # a request whose body arrives in 1 MiB chunks, with no Content-Length
+        headers: dict[str, str] = {}
+        read = 0
+
+        async def stream(self) -> Any:
+            for _ in range(64):
+                self.read += 1
+                yield b" " * (1 << 20)
+
+    request = Streamed()
+    with pytest.raises(_BadRequest, match=str(MAX_BODY_BYTES)) as refused:
+        anyio.run(_bounded_body, request)
+    assert refused.value.status == 413 and request.read == 1
+    declared = client.post(
+        "/ask",
+        content=b"{}",
+        headers={"Content-Type": "application/json", "Content-Length": str(MAX_BODY_BYTES + 1)},
+    )
+    assert declared.status_code == 413 and str(MAX_BODY_BYTES) in declared.json()["error"]
+
+
 def test_unknown_database_lists_the_known_ones(client: TestClient) -> None:
     response = client.post("/ask", json={"question": "How many?", "db": "nope"})
     assert response.status_code == 404
@@ -346,6 +395,34 @@ def test_local_specs_are_in_process() -> None:
 # --- construction and the command line ------------------------------------------------------------
 
 
+def test_the_model_configured_after_the_app_decides_whether_questions_take_turns() -> None:
+    app = create_app("direct", {"c": DEMO_CONCERT_DB})  # no lm: DSPy's, read per request
+    with _client(app) as c:
+        with dspy.context(lm=DummyLM([])):
+            assert c.get("/health").json()["serialized"] is False
+        local = DummyLM([])
+        local.model = "local:qwen2.5-coder-0.5b"  # what an in-process model's spec reads
+        with dspy.context(lm=local):
+            health = c.get("/health").json()
+    assert health["serialized"] is True and health["concurrency"] == 1
+
+
+def test_an_ipv6_host_is_answered_and_printed_in_brackets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import uvicorn
+
+    from sqlweave.serve import serve, url_of
+
+    assert url_of("2001:db8::5", 8000) == "http://[2001:db8::5]:8000/"
+    assert url_of("127.0.0.1", 8000) == "http://127.0.0.1:8000/"
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda asgi, **kw: seen.update(kw, app=asgi))
+    serve("direct", {"c": DEMO_CONCERT_DB}, lm=DummyLM([]), host="2001:db8::5")
+    client = TestClient(seen["app"], base_url="http://[2001:db8::5]:8000")
+    assert client.get("/health").status_code == 200
+
+
 def test_database_options_are_named() -> None:
     assert parse_databases(["a.sqlite", "b=x/c.sqlite"]) == {"a": "a.sqlite", "b": "x/c.sqlite"}
     url = "postgresql://ro:pw@host/shop?sslmode=require"
@@ -362,6 +439,11 @@ def test_create_app_checks_its_arguments() -> None:
         create_app("direct", {}, lm=DummyLM([]))
     with pytest.raises(ServeError, match="concurrency"):
         create_app("direct", {"c": DEMO_CONCERT_DB}, lm=DummyLM([]), concurrency=0)
+    for bad in (float("nan"), float("inf"), True, "5"):
+        with pytest.raises(ServeError, match="timeout_s"):
+            create_app("direct", {"c": DEMO_CONCERT_DB}, lm=DummyLM([]), timeout_s=bad)
+    with pytest.raises(ServeError, match="max_rows"):
+        create_app("direct", {"c": DEMO_CONCERT_DB}, lm=DummyLM([]), max_rows=True)
     with pytest.raises(ServeError, match="names"):
         create_app("direct", {"a b": DEMO_CONCERT_DB}, lm=DummyLM([]))
     db = Database.open(DEMO_CONCERT_DB, name="open")

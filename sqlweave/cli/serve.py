@@ -50,10 +50,10 @@ def serve_cmd(
     """
     setup_logging(verbose, quiet)
     from sqlweave.db import Database, ExecutionError
-    from sqlweave.serve import ServeError, parse_databases, serve
+    from sqlweave.serve import ServeError, parse_databases, serve, url_of
 
-    if port < 0 or port > 65535:
-        fail(f"--port must be between 0 and 65535, not {port}")
+    if port < 1 or port > 65535:  # 0 would pick a port this line could not print
+        fail(f"--port must be between 1 and 65535, not {port}")
     if concurrency < 1 or max_rows < 1:
         fail(f"--concurrency and --max-rows must be at least 1, not {concurrency}, {max_rows}")
     try:
@@ -68,7 +68,7 @@ def serve_cmd(
         fail(err.message.replace("pass allow_superuser=True", "pass --allow-superuser"))
     prog, _ = program_from(program, set_ or [], preset)
     lm = configure_lm(model, api_base, lm_threads)
-    typer.echo(f"sqlweave serve: http://{host}:{port}/ ({', '.join(databases)})", err=True)
+    typer.echo(f"sqlweave serve: {url_of(host, port)} ({', '.join(databases)})", err=True)
     try:
         serve(
             prog,
