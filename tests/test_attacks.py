@@ -20,6 +20,7 @@ import hashlib
 import os
 import resource
 import shutil
+import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from sqlweave.db import Database, ExecutionError, QueryResult
+from sqlweave.db import Database, ExecutionError, QueryResult, TableScope
 
 TIMEOUT_S = 1.0
 #: How far past its timeout any statement may run.
@@ -274,11 +275,31 @@ RUNAWAYS = {
         "randomblob_columns_1500": "SELECT " + ", ".join(["length(randomblob(1000000))"] * 1500),
         "like_long_pattern": "SELECT printf('%.*c', 1000000, 'a') LIKE '%' || "
         "printf('%.*c', 40000, 'a') || 'b%'",
+        # One printf whose loop runs to its precision, not its (capped) output: 6 s a call.
+        "printf_precision_huge": "SELECT printf('%.*c', 2147483647, 'x') IS NULL, "
+        "printf('%2147483646c', 'x') IS NULL",
+        # Pattern matches of a 1 MB value, each uninterruptible: 20 took 16 s once.
+        "like_terms_20": "WITH t(s) AS MATERIALIZED (SELECT replace(hex(zeroblob(495000)), "
+        "'0', 'a')), u(p) AS MATERIALIZED (SELECT '%' || replace(hex(zeroblob(49)), '0', 'a') "
+        "|| 'b') SELECT " + " + ".join(["(s LIKE p)"] * 20) + " FROM t, u",
+        "like_literal_terms": "WITH t(s) AS MATERIALIZED (SELECT replace(hex(zeroblob(495000)), "
+        "'0', 'a')) SELECT " + " + ".join([f"(s LIKE '%{'a' * 98}b')"] * 20) + " FROM t",
+        "sort_spill": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+        "SELECT x, hex(randomblob(500)) FROM c ORDER BY 2 LIMIT 1 OFFSET 100000000",
         **RUNAWAYS_COMMON,
     },
     "duckdb": {
         "range_sum": "SELECT sum(a * b) FROM range(100000000000) t(a), range(10) u(b)",
         "string_agg_huge": "SELECT length(string_agg(repeat('x', 100), '')) FROM range(1000000000)",
+        # One scalar call building a list, outside the interrupt and the memory limit.
+        "list_resize_huge": "SELECT length(list_resize([1], 100000000))",
+        "range_value_huge": "SELECT length(range(0, 50000000))",
+        # A PIVOT that finds its own values plans a column per value where no interrupt reaches.
+        "pivot_dynamic_wide": "PIVOT (SELECT range::varchar AS k, 1 AS v FROM range(99000)) "
+        "ON k USING count(*), sum(v), max(v), min(v)",
+        # Spills to a folder beside the database unless spilling is off.
+        "distinct_spill": "SELECT count(*) FROM (SELECT DISTINCT md5(a::varchar) || "
+        "md5((a + 1)::varchar) FROM range(60000000) t(a))",
         **RUNAWAYS_COMMON,
     },
     "postgres": {
@@ -330,7 +351,9 @@ HARMLESS = {
         "describe": "DESCRIBE singer",
         "describe_query": "DESCRIBE SELECT * FROM singer",
         "summarize": "SUMMARIZE singer",
-        "pivot": "PIVOT singer ON country USING count(*)",
+        "pivot": "PIVOT singer ON country IN ('United States', 'France') USING count(*)",
+        "pivot_in_from": "SELECT * FROM singer PIVOT (count(*) FOR country IN ('France'))",
+        "range_value_small": "SELECT length(range(0, 50))",
         "random": "SELECT random() >= 0",
     },
     "postgres": {
@@ -461,7 +484,8 @@ def _sha256(path: Path) -> str:
 
 
 def _listing(folder: Path) -> dict[str, str]:
-    return {p.name: _sha256(p) for p in folder.iterdir() if p.is_file()}
+    """Every entry of ``folder``: a file by its hash, anything else (a spill folder) by kind."""
+    return {p.name: _sha256(p) if p.is_file() else "not a file" for p in folder.iterdir()}
 
 
 def test_suite_is_large_enough() -> None:
@@ -493,6 +517,30 @@ def test_sqlite_attacks_change_nothing(sqlite_copy: Path) -> None:
     assert _listing(sqlite_copy.parent) == before, "a file changed or appeared"
     assert not _no_pwned_files()
     assert _peak_rss() - rss < MEMORY_BOUND
+
+
+def test_sqlite_sorts_stay_in_memory(sqlite_copy: Path) -> None:
+    """Sorts and temporary indexes are bounded by the heap cap, not spilled to unlinked files."""
+    with Database.open(sqlite_copy) as db:
+        conn = db.backend._new_conn()
+        conn.set_authorizer(None)  # PRAGMA is refused to queries; this reads the setting
+        assert conn.execute("PRAGMA temp_store").fetchone() == (2,)  # 2: MEMORY
+        conn.close()
+
+
+def test_an_overlong_text_is_refused_before_a_scoped_view_parses_it(tmp_path: Path) -> None:
+    path = tmp_path / "merged.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE ns__singer (singer_id INTEGER)")
+        conn.execute("CREATE TABLE ns__concert (concert_id INTEGER)")
+    sql = "SELECT 1 FROM singer WHERE " + " OR ".join(["singer_id = 0"] * 100_000)
+    with Database.open(path) as db:
+        view = db.scoped(TableScope.of(["ns__singer", "ns__concert"], short=True))
+        assert "ns__singer" in view.runnable("SELECT 1 FROM singer")  # the view renames
+        start = time.monotonic()
+        refused = view.try_execute(sql, timeout_s=TIMEOUT_S, use_cache=False)
+        assert time.monotonic() - start < 0.5
+    assert isinstance(refused, ExecutionError) and "too long" in refused.message
 
 
 def test_duckdb_attacks_change_nothing(sqlite_copy: Path, tmp_path: Path) -> None:

@@ -171,6 +171,8 @@ class Database:
         lower case, each bare name that exists only with capitals quoted
         (:func:`~sqlweave.namecase.fit_case`). Programs return their SQL so written, so that
         what a user reads is what ran."""
+        if len(sql) > policy.MAX_SQL_CHARS:
+            return sql  # refused by execute() as it is; not worth parsing to rename
         if self.table_aliases:
             sql = to_real(sql, self.table_aliases, self.dialect)
         if self.backend.folds_unquoted_names:
@@ -200,6 +202,7 @@ class Database:
             self.backend.case_names()  # the catalog, read once per engine, is no query's time
         start = time.monotonic()
         deadline = start + timeout_s
+        policy.check_length(sql)  # before runnable(), which may parse the text to rename tables
         sql = self.runnable(sql.strip())
         key = (sql, max_rows, max_bytes)
         if use_cache and (hit := self._cache.get(key)) is not None:

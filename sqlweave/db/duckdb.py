@@ -47,7 +47,8 @@ class DuckDBEngine(Engine):
             config = {
                 "enable_external_access": False,
                 "memory_limit": DUCKDB_MEMORY_LIMIT,
-                "lock_configuration": True,
+                "temp_directory": "",  # no spilling: a query's memory limit is its limit, no
+                "lock_configuration": True,  # folder of GBs beside the database file
             }
             engine = sa.create_engine(url, connect_args={"read_only": True, "config": config})
             with engine.connect():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +36,6 @@ MAX_SQL_CHARS = 50_000
 #: parser overflows Python's stack at about 45 levels; real queries stay under 10.
 MAX_NESTING = 32
 
-#: Function names refused anywhere in a query: they read files, load code, change settings or
 #: Function names refused anywhere in a query: they read files, load code, change settings or
 #: talk to other servers.
 FORBIDDEN_FUNCTIONS = frozenset(
@@ -82,7 +82,6 @@ FORBIDDEN_FUNCTIONS = frozenset(
 #: rolled-back transaction, and SQLite's pragma_* table-valued functions expose PRAGMA.
 FORBIDDEN_PREFIXES = ("pg_advisory", "pg_try_advisory", "pragma_")
 
-#: What the SQLite authorizer refuses. ``glob`` stays allowed there: SQLite's ``x GLOB y``
 #: Most function calls one SQLite query may make in its text (each call is one uninterruptible
 #: instruction costing up to ~10 ms on a value of SQLITE_MAX_LENGTH).
 SQLITE_MAX_FUNCTION_CALLS = 100
@@ -138,8 +137,123 @@ EXTRA_QUERY_ROOTS: dict[str, tuple[type[exp.Expression], ...]] = {"duckdb": _DUC
 #: Dialects whose engine cannot interrupt a function call midway cap how many a query makes.
 MAX_FUNCTION_CALLS: dict[str, int] = {"sqlite": SQLITE_MAX_FUNCTION_CALLS}
 
+#: Longest LIKE / GLOB pattern on SQLite: matching costs up to (value length x pattern length).
+SQLITE_MAX_LIKE_PATTERN = 100
+#: Pattern characters whose match against a value of SQLite's longest length costs what one
+#: function call does (~10 ms; 1,000 characters take ~0.7 s on a 1 MB value).
+LIKE_CHARS_PER_CALL = 14
+_MATCHES: tuple[type[exp.Expression], ...] = (exp.Like, exp.ILike, exp.Glob)
+
+
+def _call_weight(node: exp.Expression) -> int:
+    """How many calls' worth of uninterruptible work ``node`` may do: a function or ``||``
+    one; a pattern match one per :data:`LIKE_CHARS_PER_CALL` characters of its pattern (the
+    longest allowed where the pattern is not a literal). SQLite evaluates a row's expression
+    without a progress check, so this sum bounds how far past its deadline a query runs."""
+    if isinstance(node, exp.Func) and not isinstance(node, exp.Connector | exp.Binary):
+        return 1  # sqlglot models AND / OR as functions too
+    if isinstance(node, exp.DPipe):
+        return 1
+    if isinstance(node, _MATCHES):
+        pattern = node.expression
+        literal = isinstance(pattern, exp.Literal) and pattern.is_string
+        chars = len(pattern.this) if literal else SQLITE_MAX_LIKE_PATTERN
+        return max(1, math.ceil(chars / LIKE_CHARS_PER_CALL))
+    return 0
+
+
+#: Largest size a query may ask a single call to build: a printf width or precision, a DuckDB
+#: list's length. Such a call runs as one uninterruptible step whose time grows with the size
+#: (``printf('%.*c', 2147483647, 'x')``: 6 s on SQLite; ``list_resize([1], 1e8)``: 16 s and 6 GB
+#: on DuckDB, outside its memory limit), so only sizes a real answer needs are let through.
+MAX_BUILT_SIZE = 1_000_000
+#: A printf conversion: flags, width and precision (``*`` takes one from the arguments), an
+#: optional length modifier, the conversion letter.
+_PRINTF_SPEC = re.compile(r"%([^a-zA-Z%]*)(?:ll|l)?([a-zA-Z%])")
+
+
+def _printf_width(node: exp.Expression) -> str | None:
+    """SQLite's ``printf`` / ``format``: a literal format whose widths and precisions, written
+    in it or taken from the arguments by ``*``, are literal and under :data:`MAX_BUILT_SIZE`."""
+    if isinstance(node, exp.Format):
+        fmt, args = node.this, list(node.expressions)
+    elif isinstance(node, exp.Anonymous) and node.name.lower() in ("printf", "format"):
+        fmt, args = (node.expressions or [None])[0], list(node.expressions[1:])
+    else:
+        return None
+    if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+        return "printf() takes a literal format here"
+    rest = iter(args)
+    for flags, conversion in _PRINTF_SPEC.findall(fmt.this):
+        if conversion == "%":
+            continue
+        if re.search(r"\d{7,}", flags):
+            return f"printf() width or precision of {MAX_BUILT_SIZE:,} or more ({flags!r})"
+        for _ in range(flags.count("*")):
+            if not _small(next(rest, None)):
+                return f"printf() takes '*' widths as literals within {MAX_BUILT_SIZE:,}"
+        next(rest, None)  # the converted value
+    return None
+
+
+def _small(node: exp.Expression | None) -> bool:
+    """A size that is absent, or a number literal within :data:`MAX_BUILT_SIZE` either way."""
+    if node is None:
+        return True
+    if isinstance(node, exp.Neg):
+        node = node.this
+    if not isinstance(node, exp.Literal) or node.is_string:
+        return False
+    try:
+        return abs(float(node.this)) <= MAX_BUILT_SIZE
+    except ValueError:
+        return False
+
+
+def _list_size(node: exp.Expression) -> str | None:
+    """DuckDB's list builders (``range`` / ``generate_series`` as a value, ``list_resize``,
+    ``array_resize``): their sizes literal and at most :data:`MAX_BUILT_SIZE`. As a table
+    (``FROM range(n)``) a series streams and the interrupt reaches it, so any size goes."""
+    if isinstance(node, exp.GenerateSeries) and not isinstance(node.parent, exp.Table):
+        bounds = [node.args.get(k) for k in ("start", "end", "step")]
+        if all(_small(b) for b in bounds):
+            return None
+        return f"range() as a value must have literal bounds within {MAX_BUILT_SIZE:,}"
+    if isinstance(node, exp.Anonymous) and node.name.lower() in ("list_resize", "array_resize"):
+        if len(node.expressions) > 1 and _small(node.expressions[1]):
+            return None
+        return f"{node.name.lower()}() needs a literal size within {MAX_BUILT_SIZE:,}"
+    return None
+
+
+def _pivot_values(node: exp.Expression) -> str | None:
+    """A DuckDB PIVOT names its values (``ON k IN (...)``): without them DuckDB first builds a
+    column per distinct value, a plan the interrupt does not reach (99,000 values: 15 s), and
+    leaves a temporary ENUM type on the connection."""
+    if not isinstance(node, exp.Pivot) or node.args.get("unpivot"):
+        return None
+    on = node.args.get("fields") or node.expressions
+    if on and all(isinstance(e, exp.In) for e in on):
+        return None
+    return "PIVOT must list its values (ON column IN (...))"
+
+
+#: Per dialect, checks of single nodes: each returns why the node is refused, or None.
+NODE_CHECKS: dict[str, tuple[Callable[[exp.Expression], str | None], ...]] = {
+    "sqlite": (_printf_width,),
+    "duckdb": (_list_size, _pivot_values),
+}
+
 _OPENERS = frozenset({TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.CASE})
 _CLOSERS = frozenset({TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.END})
+
+
+def check_length(sql: str) -> None:
+    """Refuse a text over :data:`MAX_SQL_CHARS`, before anything parses it."""
+    if len(sql) > MAX_SQL_CHARS:
+        raise ExecutionError(
+            "runtime", f"query too long ({len(sql):,} characters; at most {MAX_SQL_CHARS:,})", sql
+        )
 
 
 def _check_size(sql: str, dialect: str) -> list[Any]:
@@ -147,10 +261,7 @@ def _check_size(sql: str, dialect: str) -> list[Any]:
 
     Returns the tokens, so the parser does not tokenize the text a second time.
     """
-    if len(sql) > MAX_SQL_CHARS:
-        raise ExecutionError(
-            "runtime", f"query too long ({len(sql):,} characters; at most {MAX_SQL_CHARS:,})", sql
-        )
+    check_length(sql)
     try:
         tokens = Dialect.get_or_raise(dialect).tokenize(sql)
     except (TokenError, ValueError) as err:
@@ -210,8 +321,7 @@ def check_read_only(sql: str, dialect: str = "sqlite") -> exp.Expression:
         raise refuse(f"only SELECT queries may run, not {tree.key.upper()}", sql)
     calls = 0
     for node in tree.walk():
-        if isinstance(node, exp.Func) and not isinstance(node, exp.Connector | exp.Binary):
-            calls += 1  # sqlglot models AND / OR as functions too
+        calls += _call_weight(node)
         if isinstance(node, _WRITE_NODES):
             raise refuse(f"{node.key.upper()} is not allowed inside a query", sql)
         if isinstance(node, exp.Func):
@@ -221,6 +331,9 @@ def check_read_only(sql: str, dialect: str = "sqlite") -> exp.Expression:
         elif isinstance(node, exp.Table) and node.name.lower().startswith("pragma_"):
             # SQLite's argument-less pragma table functions parse as plain table names.
             raise refuse(f"{node.name} (a PRAGMA) is not allowed", sql)
+        for check in NODE_CHECKS.get(dialect, ()):
+            if (reason := check(node)) is not None:
+                raise ExecutionError("runtime", reason, sql)
     most = MAX_FUNCTION_CALLS.get(dialect)
     if most is not None and calls > most:
         raise ExecutionError("runtime", f"too many function calls ({calls}; at most {most})", sql)

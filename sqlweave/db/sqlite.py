@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlweave.db.engine import Engine, Fetched
 from sqlweave.db.errors import ExecutionError, classify_error, not_found
 from sqlweave.db.fetch import fetch
-from sqlweave.db.policy import FORBIDDEN_FUNCTIONS, MAX_SQL_CHARS
+from sqlweave.db.policy import FORBIDDEN_FUNCTIONS, MAX_SQL_CHARS, SQLITE_MAX_LIKE_PATTERN
 from sqlweave.db.watchdog import WATCHDOG
 
 logger = logging.getLogger(__name__)
@@ -43,8 +43,6 @@ SQLITE_HEAP_LIMIT = 1024 * 1024 * 1024
 #: only at jumps, so straight-line code (one row of many expensive calls) is never checked; the
 #: call cap (:data:`sqlweave.db.policy.SQLITE_MAX_FUNCTION_CALLS`) bounds that instead.
 SQLITE_PROGRESS_STEPS = 1_000
-#: Longest LIKE / GLOB pattern: matching costs up to (value length x pattern length).
-SQLITE_MAX_LIKE_PATTERN = 1_000
 #: Idle SQLite connections kept per database for reuse; busy ones are not counted.
 SQLITE_MAX_IDLE = 8
 
@@ -130,6 +128,9 @@ def _sqlite_uri(path: Path, immutable: bool) -> str:
 def _sqlite_connect(path: Path, authorizer: Any, immutable: bool = False) -> sqlite3.Connection:
     conn = sqlite3.connect(_sqlite_uri(path, immutable), uri=True, check_same_thread=False)
     conn.text_factory = _decode_text
+    # Sorts and temporary indexes stay in memory, bounded by the heap limit, instead of
+    # spilling gigabytes of unlinked temporary files to disk within one query's timeout.
+    conn.execute("PRAGMA temp_store = MEMORY")
     conn.set_authorizer(authorizer)
     return conn
 
