@@ -294,6 +294,9 @@ RUNAWAYS = {
         # One scalar call building a list, outside the interrupt and the memory limit.
         "list_resize_huge": "SELECT length(list_resize([1], 100000000))",
         "range_value_huge": "SELECT length(range(0, 50000000))",
+        "repeat_list_huge": "SELECT length(repeat([1], 30000000))",
+        "string_split_huge": "SELECT len(string_split(repeat('a,', 20000000), ','))",
+        "lpad_huge": "SELECT length(lpad('', 500000000, 'ab'))",
         # A PIVOT that finds its own values plans a column per value where no interrupt reaches.
         "pivot_dynamic_wide": "PIVOT (SELECT range::varchar AS k, 1 AS v FROM range(99000)) "
         "ON k USING count(*), sum(v), max(v), min(v)",

@@ -210,20 +210,27 @@ def _small(node: exp.Expression | None) -> bool:
         return False
 
 
-def _list_size(node: exp.Expression) -> str | None:
-    """DuckDB's list builders (``range`` / ``generate_series`` as a value, ``list_resize``,
-    ``array_resize``): their sizes literal and at most :data:`MAX_BUILT_SIZE`. As a table
-    (``FROM range(n)``) a series streams and the interrupt reaches it, so any size goes."""
-    if isinstance(node, exp.GenerateSeries) and not isinstance(node.parent, exp.Table):
-        bounds = [node.args.get(k) for k in ("start", "end", "step")]
-        if all(_small(b) for b in bounds):
+def _built_size(node: exp.Expression) -> str | None:
+    """DuckDB's value builders take literal sizes within :data:`MAX_BUILT_SIZE`: ``range`` /
+    ``generate_series`` as a value, ``list_resize``, ``array_resize``, ``repeat`` and
+    ``lpad`` / ``rpad``. Each builds its value in one step that neither the interrupt nor the
+    memory limit reaches (``repeat([1], 3e7)``: 2.9 s and 1.7 GB at a 1 s timeout). As a table
+    (``FROM range(n)``) a series streams and is interrupted, so any size goes there."""
+    if isinstance(node, exp.GenerateSeries):
+        if isinstance(node.parent, exp.Table):
             return None
-        return f"range() as a value must have literal bounds within {MAX_BUILT_SIZE:,}"
-    if isinstance(node, exp.Anonymous) and node.name.lower() in ("list_resize", "array_resize"):
-        if len(node.expressions) > 1 and _small(node.expressions[1]):
-            return None
-        return f"{node.name.lower()}() needs a literal size within {MAX_BUILT_SIZE:,}"
-    return None
+        sizes, name = [node.args.get(k) for k in ("start", "end", "step")], "range()"
+    elif isinstance(node, exp.Repeat):
+        sizes, name = [node.args.get("times")], "repeat()"
+    elif isinstance(node, exp.Pad):
+        sizes, name = [node.expression], "lpad() / rpad()"
+    elif isinstance(node, exp.Anonymous) and node.name.lower() in ("list_resize", "array_resize"):
+        sizes, name = [(node.expressions[1:] or [exp.null()])[0]], f"{node.name.lower()}()"
+    else:
+        return None
+    if all(_small(size) for size in sizes):
+        return None
+    return f"{name} needs literal sizes within {MAX_BUILT_SIZE:,} here"
 
 
 def _pivot_values(node: exp.Expression) -> str | None:
@@ -241,7 +248,7 @@ def _pivot_values(node: exp.Expression) -> str | None:
 #: Per dialect, checks of single nodes: each returns why the node is refused, or None.
 NODE_CHECKS: dict[str, tuple[Callable[[exp.Expression], str | None], ...]] = {
     "sqlite": (_printf_width,),
-    "duckdb": (_list_size, _pivot_values),
+    "duckdb": (_built_size, _pivot_values),
 }
 
 _OPENERS = frozenset({TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.CASE})
