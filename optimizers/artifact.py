@@ -36,6 +36,7 @@ import dspy
 
 from sqlweave.errors import SqlweaveError
 from sqlweave.programs import SQLProgram, available, get, program_class
+from sqlweave.switch_types import switch_type_problem, switch_types
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,11 @@ def save_program(program: SQLProgram, path: str | Path, meta: ArtifactMeta) -> P
     import sqlweave
 
     state = program.dump_state()
+    # The program's own switches are what it was built with; meta may name only some of them
+    # (a preset's), and a switch missing from the file is read back at its legacy value.
+    meta = dataclasses.replace(
+        meta, switches={**meta.switches, **dict(getattr(program, "switches", {}) or {})}
+    )
     clash = sorted(RESERVED & set(state))
     if clash:
         raise ArtifactError(f"cannot save {meta.program!r}: predictor names {clash} are reserved")
@@ -105,12 +111,21 @@ def save_program(program: SQLProgram, path: str | Path, meta: ArtifactMeta) -> P
         payload["knn"] = knn
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise ArtifactError(f"cannot save to {path}: it is a folder; give a file path")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(payload, fh, indent=2, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(payload, fh, indent=2, default=str)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a shared artefact from its team
+        os.replace(tmp, path)
+    except BaseException as err:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError | TypeError | ValueError):
+            raise ArtifactError(f"cannot save {meta.program!r} to {path}: {err}") from err
+        raise
     return path
 
 
@@ -121,7 +136,8 @@ def read_artifact(path: str | Path) -> dict[str, Any]:
         raise ArtifactError(f"compiled program not found: {path}")
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError, and
+        # the rest json.loads raises: an integer of 5,000 digits, nesting too deep
         raise ArtifactError(
             f"{path} is not a sqlweave program file (invalid JSON: {err}; truncated or not JSON)"
         ) from err
@@ -206,9 +222,54 @@ def _meta_from(path: Path, raw: dict[str, Any]) -> ArtifactMeta:
         raise ArtifactError(f"{path} is corrupted or incompatible: bad meta ({err})") from err
     if not isinstance(meta.switches, dict) or not isinstance(meta.extra, dict):
         raise ArtifactError(f"{path} is corrupted or incompatible: switches/extra must be objects")
+    problem = _meta_problem(meta)
+    if problem:
+        raise ArtifactError(f"{path} is corrupted or incompatible: {problem}")
     if unknown:
         meta.extra = {**meta.extra, **unknown}
     return meta
+
+
+#: Meta fields that hold a number (or null), and those that hold a text (or null).
+_NUMBER_FIELDS = ("val_ex_pct", "budget", "lm_calls", "compile_seconds", "n_train", "n_val")
+_TEXT_FIELDS = ("optimizer", "lm", "trainset_hash")
+
+
+def _meta_problem(meta: ArtifactMeta) -> str | None:
+    """What is wrong with the types of a loaded meta, or None: readers (``inspect``, the
+    answer's confidence) trust these fields, so a hand-edited one is refused at load."""
+    for name in _NUMBER_FIELDS:
+        value = getattr(meta, name)
+        if value is not None and not _finite(value):
+            return f"meta.{name} must be a finite number, not {value!r}"
+    for name in _TEXT_FIELDS:
+        value = getattr(meta, name, None)
+        if value is not None and not isinstance(value, str):
+            return f"meta.{name} must be a text, not {value!r}"
+    refit = meta.extra.get("confidence")
+    if refit is not None and not (
+        isinstance(refit, dict) and all(_finite(refit.get(k)) for k in ("a", "b", "n"))
+    ):
+        return f"meta.extra.confidence must hold finite numbers a, b and n, not {refit!r}"
+    for name in ("details", "synthetic"):
+        value = meta.extra.get(name)
+        if value is not None and not isinstance(value, dict):
+            return f"meta.extra.{name} must be an object, not {value!r}"
+    preset = meta.extra.get("preset")
+    if preset is not None and not isinstance(preset, str):
+        return f"meta.extra.preset must be a name, not {preset!r}"
+    return None
+
+
+def _finite(value: Any) -> bool:
+    import math
+
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and math.isfinite(value)
+
+
+#: What ``Predict.dump_state`` writes for a predictor, and so all a saved state may hold.
+STATE_KEYS = frozenset({"signature", "demos", "lm", "traces", "train"})
 
 
 def _state_problem(part: Any) -> str | None:
@@ -221,6 +282,13 @@ def _state_problem(part: Any) -> str | None:
     demos = part.get("demos")
     if not isinstance(demos, list) or not all(isinstance(d, dict) for d in demos):
         return "demos must be a list of objects"
+    # DSPy's load_state sets every other key as an attribute of the predictor: a hand-edited
+    # "lm" would send the prompts to another model, "forward" would replace the call.
+    unknown = sorted(set(part) - STATE_KEYS)
+    if unknown:
+        return f"unknown keys {unknown} (a predictor's state has {sorted(STATE_KEYS)})"
+    if part.get("lm") is not None:
+        return "'lm' must be null: a compiled program answers with the model it is given"
     return None
 
 
@@ -236,7 +304,12 @@ def load_program(path: str | Path) -> tuple[SQLProgram, ArtifactMeta]:
         )
     # A switch added after the artefact was saved is absent from it: it was compiled with the
     # value the program had then, which a later change of default must not replace.
-    legacy = getattr(program_class(meta.program), "LEGACY_SWITCHES", {})
+    cls = program_class(meta.program)
+    kinds = switch_types(cls)
+    for name, value in meta.switches.items():
+        if name in kinds and (problem := switch_type_problem(name, value, *kinds[name])):
+            raise ArtifactError(f"{path} is corrupted or incompatible: {problem}")
+    legacy = getattr(cls, "LEGACY_SWITCHES", {})
     switches = {**legacy, **meta.switches}
     try:
         program = get(meta.program, **switches)

@@ -196,9 +196,20 @@ def _as_program(
 def _given(program: Any) -> bool:
     """Whether ``program`` is a built program or an artefact's path (not a name to build)."""
     return isinstance(program, CompiledProgram | SQLProgram) or (
-        isinstance(program, str | Path)
-        and (Path(program).suffix == ".json" or Path(program).is_file())
+        isinstance(program, str | Path) and is_artifact_path(program)
     )
+
+
+def is_artifact_path(program: str | Path) -> bool:
+    """Whether ``program`` names an artefact file rather than a registry program: a ``.json``
+    path, or an existing file whose name no program has (a file called ``direct`` in the
+    working folder does not hide the program ``direct``)."""
+    from sqlweave.programs import available
+
+    path = Path(program)
+    if path.suffix == ".json":
+        return True
+    return str(program) not in available() and path.exists()
 
 
 def preset_meta(

@@ -191,9 +191,9 @@ def _as_compiled(program: Any) -> Any:
 
     if isinstance(program, api.CompiledProgram):
         return program
-    if isinstance(program, str | Path) and (
-        Path(program).suffix == ".json" or Path(program).is_file()
-    ):
+    from sqlweave.compiled import is_artifact_path
+
+    if isinstance(program, str | Path) and is_artifact_path(program):
         return api.load(program)
     if isinstance(program, str):
         return api.CompiledProgram(api._as_program(program, {}))

@@ -136,6 +136,19 @@ def test_not_json(saved: Path) -> None:
         (lambda p: p["meta"].update(switches={"bogus": 1}), "cannot build 'direct' with switches"),
         (lambda p: p["generate"].update(demos=5), "bad predictor state"),
         (lambda p: p.update(knn={"k": "two"}), "'knn' needs an int k"),
+        # A hand-edited state key is set on the predictor by DSPy: another model, no call.
+        (lambda p: p["generate"].update(lm={"model": "openai/gpt-4o"}), "'lm' must be null"),
+        (lambda p: p["generate"].update(forward=1), r"unknown keys \['forward'\]"),
+        # "false" is a true string; a switch's type is its constructor's.
+        (lambda p: p["meta"]["switches"].update(prefill="false"), "switch prefill expects"),
+        (lambda p: p["meta"]["switches"].update(temperature="hot"), "switch temperature"),
+        (lambda p: p["meta"].update(val_ex_pct="x"), "meta.val_ex_pct must be a finite number"),
+        (
+            lambda p: p["meta"]["extra"].update(confidence={"n": 40}),
+            "meta.extra.confidence must hold finite numbers",
+        ),
+        (lambda p: p["meta"]["extra"].update(details=[1]), "meta.extra.details must be an object"),
+        (lambda p: p["meta"]["extra"].update(preset=["x"]), "meta.extra.preset must be a name"),
     ],
 )
 def test_bad_artifacts_name_the_file_and_the_problem(saved: Path, edit, message: str) -> None:
@@ -172,3 +185,49 @@ def test_the_committed_compiled_direct_loads_as_it_was_measured() -> None:
     assert "prompt_layout" not in meta.switches  # saved before the switch existed
     assert program.switches["prompt_layout"] == "script" and program.switches["prefill"] is True
     assert program.switches["corrector"] == "none" and program.switches["samples"] == 8
+
+
+def test_json_that_python_cannot_read_is_an_artifact_error(saved: Path) -> None:
+    for text in ('{"format_version": ' + "9" * 5000 + "}", "[" * 100_000 + "]" * 100_000):
+        saved.write_text(text)
+        with pytest.raises(ArtifactError, match="invalid JSON"):
+            load_program(saved)
+
+
+def test_a_preset_program_saves_every_switch_it_was_built_with(tmp_path: Path) -> None:
+    from sqlweave.api import CompiledProgram, preset_meta
+
+    program, meta = preset_meta(None, "fast", {"samples": 3})
+    path = CompiledProgram(program, meta).save(tmp_path / "fast.json")
+    loaded = sqlweave.load(path).program
+    assert loaded.switches == program.switches  # not the legacy values of unnamed switches
+
+
+def test_a_failed_save_leaves_no_temporary_file_and_a_saved_one_is_readable(
+    saved: Path, tmp_path: Path
+) -> None:
+    from sqlweave.optimizers.artifact import ArtifactMeta, save_program
+
+    program, meta = load_program(saved)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pytest.raises(ArtifactError, match="it is a folder"):
+        save_program(program, folder, meta)
+    bad = ArtifactMeta(program="direct", extra={(1, 2): "a tuple key JSON cannot hold"})
+    with pytest.raises(ArtifactError, match="cannot save"):
+        save_program(program, tmp_path / "x.json", bad)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["direct.json", "out"]
+    written = save_program(program, tmp_path / "y.json", meta)
+    assert written.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_file_named_like_a_program_does_not_hide_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlweave.compiled import is_artifact_path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "direct").write_text("not an artefact")
+    (tmp_path / "mine").write_text("{}")
+    assert not is_artifact_path("direct") and is_artifact_path("mine")
+    assert is_artifact_path("anything.json")

@@ -26,6 +26,21 @@ def test_inspect_corrupted_artifact_is_a_clear_error(tmp_path: Path) -> None:
     assert "is not a sqlweave program file" in result.output
 
 
+def test_inspect_of_hand_edited_provenance_is_a_clear_error(tmp_path: Path) -> None:
+    import json
+
+    from sqlweave.api import CompiledProgram
+    from sqlweave.programs import get
+
+    path = CompiledProgram(get("direct")).save(tmp_path / "direct.json")
+    payload = json.loads(path.read_text())
+    payload["meta"]["extra"]["details"] = {"search": {"space": {"samples": 5}, "trials": [1]}}
+    path.write_text(json.dumps(payload))
+    result = runner.invoke(app, ["inspect", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "provenance is malformed" in result.output and "Traceback" not in result.output
+
+
 def test_unknown_program_is_a_clear_error(tmp_path: Path) -> None:
     db = (
         Path(__file__).resolve().parents[1]

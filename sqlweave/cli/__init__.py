@@ -29,7 +29,8 @@ from sqlweave.cli.describe import kept_defaults_line as _kept_defaults_line
 from sqlweave.cli.describe import switch_changes as _switch_changes
 from sqlweave.cli.programs import PROGRAM_CARDS
 from sqlweave.cli.root import app
-from sqlweave.cli.switches import _scalar_of, parse_switches, switch_types, typed_switches
+from sqlweave.cli.switches import parse_switches, typed_switches
+from sqlweave.switch_types import _scalar_of, switch_types
 
 __all__ = [
     "DEFAULT_MAX_DEMOS",

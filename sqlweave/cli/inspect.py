@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -42,6 +42,14 @@ def inspect(
             )
         )
         return
+    try:
+        _describe(program, meta, payload, full)
+    except (TypeError, ValueError, AttributeError, KeyError) as err:
+        # A hand-edited provenance the loader does not read (details, trials, versions).
+        fail(f"{path}: its provenance is malformed ({type(err).__name__}: {err})")
+
+
+def _describe(program: Any, meta: Any, payload: dict[str, Any], full: bool) -> None:
     for line in summary_lines(program, meta, payload):
         typer.echo(line)
     search = (meta.extra.get("details") or {}).get("search")

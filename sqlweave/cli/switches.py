@@ -4,12 +4,17 @@ program a command runs: a registry name or preset with switches, or a compiled a
 from __future__ import annotations
 
 import math
-import typing
 from inspect import Parameter, signature
 from pathlib import Path
 from typing import Any
 
 from sqlweave.cli.common import fail
+from sqlweave.switch_types import (
+    _TYPE_WORDS,
+    INTEGER_OR_TEXT,
+    NUMBER_OR_TEXT,
+    switch_types,
+)
 
 
 def parse_switches(items: list[str]) -> dict[str, Any]:
@@ -21,55 +26,6 @@ def parse_switches(items: list[str]) -> dict[str, Any]:
             fail(f"--set needs key=value, got {item!r}")
         parsed[key.strip()] = _parse_value(value.strip())
     return parsed
-
-
-_TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
-#: The kind of a switch annotated ``float | str``: a number where the value reads as one.
-NUMBER_OR_TEXT: Any = float | str
-#: The kind of a switch annotated ``int | str``: an integer where the value reads as one
-#: (ensemble's ``samples``: 4 or ``"direct=3,sea=2"``).
-INTEGER_OR_TEXT: Any = int | str
-_SCALAR_TYPES = (bool, int, float, str)  # bool before int: True is an int too
-
-
-def _scalar_of(hint: Any, default: Any) -> tuple[type | None, bool]:
-    """The scalar type a switch takes and whether None is allowed, from its default when that
-    is a scalar (``linker: str | Module = "none"`` is set by name), else from its type hint:
-    ``int``, ``int | None``, ``Optional[str]``, ``Literal["a", "b"]``. None for objects."""
-    args = typing.get_args(hint)
-    optional = default is None or type(None) in args or hint is type(None)
-    if {a for a in args if a is not type(None)} == {float, str}:
-        return NUMBER_OR_TEXT, optional  # e.g. ensemble's temperature: 0.7 or "direct=1.0"
-    if {a for a in args if a is not type(None)} == {int, str}:
-        return INTEGER_OR_TEXT, optional
-    for kind in _SCALAR_TYPES:
-        if default is not Parameter.empty and isinstance(default, kind):
-            return kind, optional
-    if hint in _SCALAR_TYPES:
-        return hint, optional
-    if typing.get_origin(hint) is typing.Literal and args:
-        kinds = {type(a) for a in args}
-        return (kinds.pop(), optional) if len(kinds) == 1 else (None, optional)
-    members = [a for a in args if a is not type(None)]
-    if len(members) == 1 and members[0] in _SCALAR_TYPES:
-        return members[0], optional
-    return None, optional
-
-
-def switch_types(cls: type) -> dict[str, tuple[type | None, bool]]:
-    """Each constructor parameter of a program class -> (scalar type or None, None allowed),
-    read with ``typing.get_type_hints`` (annotations are strings under ``from __future__
-    import annotations``; the hints resolve them in the class's module)."""
-    try:
-        hints = typing.get_type_hints(cls.__init__)
-    except (NameError, TypeError):  # a hint naming something imported only for type checking
-        hints = {}
-    out: dict[str, tuple[type | None, bool]] = {}
-    for name, param in signature(cls.__init__).parameters.items():
-        if name == "self" or param.kind in (Parameter.VAR_POSITIONAL, Parameter.VAR_KEYWORD):
-            continue
-        out[name] = _scalar_of(hints.get(name, Any), param.default)
-    return out
 
 
 def _convert_switch(name: str, kind: type, optional: bool, raw: str) -> Any:
@@ -162,10 +118,11 @@ def program_from(
     """A registry name or a preset (with --set switches on top; neither: the default preset)
     or a compiled artefact path, as a CompiledProgram, and the program's name."""
     from sqlweave.api import CompiledProgram, preset_meta
+    from sqlweave.compiled import is_artifact_path
     from sqlweave.optimizers import ArtifactError, load_program
     from sqlweave.programs.presets import resolve
 
-    if program is not None and (Path(program).suffix == ".json" or Path(program).exists()):
+    if program is not None and is_artifact_path(program):
         if switches or preset:
             fail("--set and --preset apply to a registry program, not to a compiled .json")
         try:
