@@ -23,8 +23,8 @@ import contextlib
 import contextvars
 import functools
 import inspect
-import json
 import logging
+import numbers
 import os
 import threading
 import time
@@ -43,6 +43,8 @@ from sqlweave.metrics import GoldQueryError, check_execution, pred_sql_of, seman
 from sqlweave.records import (
     check_identity,
     compressed,
+    json_line,
+    lock_records,
     read_records,
     read_run_identity,
     recorded_run_matches,
@@ -159,14 +161,21 @@ def _evaluate_one(
             raise GoldQueryError(example.gold_sql, str(example.db_id), err) from err
         why = err.feedback()
         return verdict(error or why, error_kind or err.kind, why, correct=False)
-    match = check_execution(
-        pred_sql,
-        example.gold_sql,
-        database,
-        sem,
-        timeout_s=timeout_s,
-        strict_gold=strict_gold,
-    )
+    try:
+        match = check_execution(
+            pred_sql,
+            example.gold_sql,
+            database,
+            sem,
+            timeout_s=timeout_s,
+            strict_gold=strict_gold,
+        )
+    except GoldQueryError:
+        raise
+    except Exception as err:  # noqa: BLE001 - results that cannot be compared: a recorded miss
+        logger.warning("could not score %s: %s", example.question_id, err, exc_info=True)
+        why = f"the results could not be compared: {type(err).__name__}: {err}"
+        return verdict(error or why, error_kind or "scoring", None, correct=False)
     if error is None and match.error is not None:
         error, error_kind = match.error.feedback(), match.error.kind
     # A gold that fails (or is too large to compare) is a scored miss, flagged so it can be found.
@@ -248,7 +257,8 @@ def _confidence(
     except Exception:  # noqa: BLE001 - advice about the answer; the record stands without it
         logger.debug("could not judge %s's confidence", example.question_id, exc_info=True)
         return None
-    return value if 0.0 <= value <= 1.0 else None
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's too
+    return float(value) if number and 0.0 <= value <= 1.0 else None  # NaN fails both
 
 
 def candidates_of(pred: Any) -> list[dict[str, Any]]:
@@ -365,22 +375,25 @@ def evaluate(
     in_file: list[str] = []  # question ids in the order their records stand in the file
     stale = False  # the file holds lines that are no record of ours to keep
     out = Path(out_path) if out_path is not None else None
-    if out is not None:
-        done, in_file, stale = _open_out(out, examples, ids, resume=resume, identity=identity)
-    order = visit_order(examples) if group_by_db else range(len(examples))
-    todo = [examples[i] for i in order if ids[i] not in done]
+    with lock_records(out):
+        if out is not None:
+            done, in_file, stale = _open_out(
+                out, examples, ids, resume=resume, identity=identity, semantics=semantics
+            )
+        order = visit_order(examples) if group_by_db else range(len(examples))
+        todo = [examples[i] for i in order if ids[i] not in done]
 
-    def one(ex: Any) -> dict[str, Any]:
-        return _evaluate_one(program, ex, semantics, timeout_s, tracker, strict_gold, judge)
+        def one(ex: Any) -> dict[str, Any]:
+            return _evaluate_one(program, ex, semantics, timeout_s, tracker, strict_gold, judge)
 
-    _answer(
-        one, todo, len(examples), out, done, in_file, num_threads=num_threads, progress=progress
-    )
-    if out is not None:
-        wanted_ids = set(ids)
-        ordered = [*ids, *(qid for qid in in_file if qid not in wanted_ids)]
-        if in_file != ordered or stale:
-            rewrite_records(out, (done[qid] for qid in ordered))
+        _answer(
+            one, todo, len(examples), out, done, in_file, num_threads=num_threads, progress=progress
+        )
+        if out is not None:
+            wanted_ids = set(ids)
+            ordered = [*ids, *(qid for qid in in_file if qid not in wanted_ids)]
+            if in_file != ordered or stale:
+                rewrite_records(out, (done[qid] for qid in ordered))
     return summarize([done[qid] for qid in ids])
 
 
@@ -403,6 +416,7 @@ def _open_out(
     *,
     resume: bool,
     identity: dict[str, Any] | None,
+    semantics: str | None = None,
 ) -> tuple[dict[str, dict[str, Any]], list[str], bool]:
     """Make ``out`` ready for this run's records and the run's identity beside it.
 
@@ -432,6 +446,13 @@ def _open_out(
                 raise ValueError(
                     f"{out}: record {qid} has another gold query than the example; "
                     "this file belongs to a different dataset (use another out_path)"
+                )
+            scored = record.get("semantics")
+            if ex is not None and scored and scored != (semantics or semantics_for(ex)):
+                raise ValueError(
+                    f"{out}: record {qid} was scored under {scored}, this run scores under "
+                    f"{semantics or semantics_for(ex)}; one EX cannot mix the two (use another "
+                    "out_path, or resume=False to start it afresh)"
                 )
             if is_run_failure_record(record):
                 stale = True  # an older sqlweave recorded a dead endpoint as an answer
@@ -472,7 +493,7 @@ def _answer(
             done[record["question_id"]] = record
             # After Ctrl-C the questions still in flight finish into a closed file: drop them.
             if handle is not None and not handle.closed:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                handle.write(json_line(record))
                 handle.flush()
                 os.fsync(handle.fileno())
                 in_file.append(record["question_id"])

@@ -104,7 +104,17 @@ def _is_bird(semantics: str) -> bool:
 
 def _rows(result: QueryResult | Rows) -> list[tuple[Any, ...]]:
     rows = result.rows if isinstance(result, QueryResult) else result
-    return list(map(tuple, rows))
+    return [tuple(_hashable(v) for v in row) for row in rows]
+
+
+def _hashable(value: Any) -> Any:
+    """A value rows can be counted and compared by: DuckDB's lists and structs and
+    PostgreSQL's arrays (list, dict) as tuples, element by element."""
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _hashable(v)) for k, v in value.items())
+    return value
 
 
 def _unorder_row(row: tuple[Any, ...]) -> tuple[Any, ...]:

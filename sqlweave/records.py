@@ -8,11 +8,12 @@ Readers of finished runs (the report, the experiments' tables) need only this mo
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -167,12 +168,65 @@ def write_identity(out: Path, identity: dict[str, Any] | None) -> None:
     os.replace(tmp, path)
 
 
+def json_line(record: Mapping[str, Any]) -> str:
+    """``record`` as one JSONL line that can always be written: a value JSON has no type for
+    (a numpy number, a set, an object) is written as its plain value or text, and text that
+    UTF-8 cannot hold (a lone surrogate a question or a program's SQL carried) as its escape,
+    so that one odd record never stops a run, nor every resume at the same question."""
+    text = json.dumps(record, ensure_ascii=False, default=_plain)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(record, ensure_ascii=True, default=_plain)
+    return text + "\n"
+
+
+def _plain(value: Any) -> Any:
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item):
+        try:
+            return item()
+        except (TypeError, ValueError):
+            pass
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    return str(value)
+
+
 def rewrite_records(path: Path, records: Iterable[dict[str, Any]]) -> None:
     """Replace ``path`` with ``records`` as JSONL, atomically (a crash leaves the old file)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         for record in records:
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+            fh.write(json_line(record))
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def lock_records(out: Path | None) -> Iterator[None]:
+    """Hold ``out`` for one run: a second run writing the same records file (whose final
+    rewrite would drop the first one's lines) is refused with ``ValueError`` instead. An
+    advisory ``flock`` on the file itself, where the platform has one; nothing for no file."""
+    if out is None or (out.exists() and not out.is_file()) or compressed(out) is not None:
+        yield  # nothing to hold, or a path the run refuses with its own message
+        return
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "a", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(
+                f"{out} is being written by another run; wait for it to finish or give another "
+                "out_path"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

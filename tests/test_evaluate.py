@@ -127,6 +127,74 @@ def test_resume_refuses_a_file_from_another_dataset(examples, lookup, tmp_path):
         evaluate(Counting(lookup), changed, out_path=out, progress=False, usage_tracker=None)
 
 
+def test_resume_refuses_records_scored_under_other_semantics(examples, lookup, tmp_path):
+    out = tmp_path / "r.jsonl"
+    kw = {"out_path": out, "progress": False, "usage_tracker": None}
+    evaluate(Counting(lookup), examples[:2], semantics="official-bird", **kw)
+    with pytest.raises(ValueError, match="scored under official-bird"):
+        evaluate(Counting(lookup), examples[:4], semantics="official-spider", **kw)
+
+
+def test_a_second_run_on_the_same_records_file_is_refused(examples, lookup, tmp_path):
+    import fcntl
+
+    out = tmp_path / "r.jsonl"
+    kw = {"out_path": out, "progress": False, "usage_tracker": None}
+    with open(out, "a") as held:  # another run, writing this file now
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(ValueError, match="being written by another run"):
+            evaluate(Counting(lookup), examples[:2], **kw)
+    assert evaluate(Counting(lookup), examples[:2], **kw)["n"] == 2  # free again
+
+
+def test_records_that_json_or_utf8_cannot_hold_are_written_not_fatal(examples, lookup, tmp_path):
+    """A lone surrogate (valid in a JSON questions file) and values JSON has no type for
+    would stop the run at that question on every resume."""
+    odd = [examples[0].copy(question="caf\udce9 count"), *examples[1:3]]
+    lookup = {**lookup, "caf\udce9 count": examples[0].gold_sql}
+
+    import numpy as np
+
+    def program(**kwargs):
+        sql = lookup[kwargs["question"]]
+        return dspy.Prediction(sql=sql, candidates=[sql], candidate_groups=[{1, 2}])
+
+    out = tmp_path / "r.jsonl"
+    kw = {"out_path": out, "progress": False, "usage_tracker": None}
+    summary = evaluate(program, odd, judge=lambda *a: np.float32(0.5), **kw)
+    assert summary["n"] == 3 and len(read_records(out)) == 3
+    assert read_records(out)[0]["question"] == "caf\udce9 count"  # the escape reads back
+    assert all(r["confidence"] == 0.5 for r in read_records(out))
+
+
+def test_a_judge_that_returns_no_number_leaves_the_confidence_empty(examples, lookup, tmp_path):
+    for value in (None, "0.5", True, float("nan")):
+        summary = evaluate(
+            Counting(lookup),
+            examples[:1],
+            out_path=None,
+            progress=False,
+            usage_tracker=None,
+            judge=lambda *a, v=value: v,
+        )
+        assert summary["records"][0].get("confidence") is None, value
+
+
+def test_list_and_struct_results_are_compared_not_fatal(tmp_path):
+    pytest.importorskip("duckdb_engine")
+    from conftest import duckdb_url
+
+    from sqlweave.db import Database
+    from sqlweave.metrics import check_execution
+
+    url = duckdb_url(tmp_path / "l.duckdb", "CREATE TABLE t AS SELECT 1 AS id, [1, 2] AS a")
+    with Database.open(url) as db:
+        for semantics in ("official-spider", "official-bird", "strict-spider", "strict-bird"):
+            same = check_execution("SELECT [1, 2]", "SELECT a FROM t", db, semantics)
+            other = check_execution("SELECT {'x': 1}", "SELECT a FROM t", db, semantics)
+            assert same.correct and not other.correct, semantics
+
+
 def test_corrupt_middle_line_is_an_error(tmp_path):
     out = tmp_path / "r.jsonl"
     out.write_text('{"question_id": "a"}\ngarbage\n{"question_id": "b"}\n')
