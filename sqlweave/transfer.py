@@ -253,7 +253,11 @@ def copy_sqlite_to_postgres(
 def search_path_url(pg_url: str, schema: str) -> str:
     """``pg_url`` with ``options=-csearch_path=<schema>`` (libpq passes it to the server)."""
     url = sa.engine.make_url(pg_url)
-    # libpq's options value is backslash-escaped; a schema name with spaces needs "\ ".
+    # A name PostgreSQL would fold or split (capitals, spaces, punctuation) is double-quoted:
+    # MyShop unquoted is the schema myshop. libpq's options value is backslash-escaped, so a
+    # space needs "\ " even inside the quotes.
+    if not re.fullmatch(r"[a-z_][a-z0-9_$]*", schema):
+        schema = '"' + schema.replace('"', '""') + '"'
     value = "-csearch_path=" + schema.replace("\\", "\\\\").replace(" ", "\\ ")
     url = url.update_query_dict({"options": value})
     return url.render_as_string(hide_password=False)

@@ -295,6 +295,8 @@ RUNAWAYS = {
         "list_resize_huge": "SELECT length(list_resize([1], 100000000))",
         "range_value_huge": "SELECT length(range(0, 50000000))",
         "repeat_list_huge": "SELECT length(repeat([1], 30000000))",
+        # Two small sizes, one 1 GB value.
+        "repeat_nested": "SELECT length(repeat(repeat('x', 1000000), 1000))",
         "string_split_huge": "SELECT len(string_split(repeat('a,', 20000000), ','))",
         "lpad_huge": "SELECT length(lpad('', 500000000, 'ab'))",
         # A PIVOT that finds its own values plans a column per value where no interrupt reaches.
@@ -311,6 +313,10 @@ RUNAWAYS = {
             "SELECT count(*) FROM generate_series(1, 100000000) a, generate_series(1, 1000) b"
         ),
         "regex_blowup": "SELECT repeat('a', 40) ~ '^(a+)+$' || ''",
+        # length() over a 500 MB value ignores a cancel: 1.2 s a call.
+        "length_of_huge": "SELECT "
+        + " + ".join(["length(x)::int8"] * 12)
+        + " FROM (SELECT repeat(repeat('x', 1000000), 500) x OFFSET 0) t",
         **RUNAWAYS_COMMON,
     },
 }

@@ -226,3 +226,47 @@ def test_a_url_with_three_slashes_to_an_absolute_path_says_to_write_four(tmp_pat
     sqlite3.connect(sqlite_file).close()
     with pytest.raises(ExecutionError, match="four slashes: sqlite:////"):
         Database.open(f"sqlite:///{str(sqlite_file).lstrip('/')}")
+
+
+@pytest.mark.postgres
+def test_postgres_caps_every_row_even_without_a_byte_cap() -> None:
+    """A single huge value arrives in full once the server sends it (no cancel stops it): 1 GB
+    took 17.6 s and 2.9 GB with max_bytes=None before every row was capped."""
+    url = os.environ.get("SQLWEAVE_PG_URL")
+    if not url:
+        pytest.skip("SQLWEAVE_PG_URL is not set")
+    from sqlweave.db.postgres import PG_MAX_ROW_BYTES
+
+    sql = "SELECT string_agg(repeat('x', 1000000), '') FROM generate_series(1, 80)"
+    with Database.open(url) as db:
+        start = time.monotonic()
+        refused = db.try_execute(sql, timeout_s=TIMEOUT_S, max_bytes=None, use_cache=False)
+        assert time.monotonic() - start < TIMEOUT_S + GRACE_S
+    assert isinstance(refused, ExecutionError)
+    assert f"larger than {PG_MAX_ROW_BYTES} bytes" in refused.message
+
+
+def test_server_gone_errors_are_connection_errors() -> None:
+    from sqlweave.db.errors import classify_error
+
+    for text in (
+        "the connection is lost",
+        "connection failed: Connection refused",
+        "server closed the connection unexpectedly",
+        "FATAL: the database system is shutting down",
+    ):
+        assert classify_error(text) == "connection", text
+    assert classify_error('column "x" does not exist') == "unknown_column"
+
+
+def test_a_mixed_case_schema_is_quoted_in_the_search_path() -> None:
+    import sqlalchemy as sa
+
+    from sqlweave.transfer import search_path_url
+
+    def option(schema: str) -> str:
+        return sa.engine.make_url(search_path_url("postgresql://u@h/db", schema)).query["options"]
+
+    assert option("shop") == "-csearch_path=shop"
+    assert option("MyShop") == '-csearch_path="MyShop"'  # unquoted, PostgreSQL reads myshop
+    assert option("my shop") == '-csearch_path="my\\ shop"'

@@ -132,6 +132,15 @@ _ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     ("syntax", re.compile(r"syntax error|parser error|incomplete input", re.I)),
+    # The server went away (a restart, a crash, the network): not the query's fault.
+    (
+        "connection",
+        re.compile(
+            r"connection (?:is lost|failed|refused|to server .* failed)|server closed the"
+            r" connection|terminating connection|the database system is (?:starting|shutting)",
+            re.I,
+        ),
+    ),
 )
 
 

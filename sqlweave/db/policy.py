@@ -210,20 +210,37 @@ def _small(node: exp.Expression | None) -> bool:
         return False
 
 
-def _built_size(node: exp.Expression) -> str | None:
-    """DuckDB's value builders take literal sizes within :data:`MAX_BUILT_SIZE`: ``range`` /
-    ``generate_series`` as a value, ``list_resize``, ``array_resize``, ``repeat`` and
-    ``lpad`` / ``rpad``. Each builds its value in one step that neither the interrupt nor the
-    memory limit reaches (``repeat([1], 3e7)``: 2.9 s and 1.7 GB at a 1 s timeout). As a table
-    (``FROM range(n)``) a series streams and is interrupted, so any size goes there."""
+_VALUE_BUILDERS: tuple[type[exp.Expression], ...] = (exp.Repeat, exp.Pad)
+
+
+def _value_size(node: exp.Expression) -> str | None:
+    """``repeat`` and ``lpad`` / ``rpad`` (DuckDB, PostgreSQL): a literal size within
+    :data:`MAX_BUILT_SIZE`, and a value not itself built by one (``repeat(repeat('x', 1e6),
+    1e3)`` is 1 GB from two small sizes). Each builds its value in one step that neither the
+    interrupt nor DuckDB's memory limit reaches, and PostgreSQL's ``length()`` over such a value
+    ignores a cancel."""
+    if isinstance(node, exp.Repeat):
+        size, name = node.args.get("times"), "repeat()"
+    elif isinstance(node, exp.Pad):
+        size, name = node.expression, "lpad() / rpad()"
+    else:
+        return None
+    if not _small(size):
+        return f"{name} needs a literal size within {MAX_BUILT_SIZE:,} here"
+    if any(isinstance(inner, _VALUE_BUILDERS) for inner in node.this.walk()):
+        return f"{name} of a value built by another repeat() or pad is not allowed here"
+    return None
+
+
+def _list_size(node: exp.Expression) -> str | None:
+    """DuckDB's list builders take literal sizes within :data:`MAX_BUILT_SIZE`: ``range`` /
+    ``generate_series`` as a value, ``list_resize``, ``array_resize`` (``list_resize([1],
+    1e8)``: 16 s and 6 GB at a 1 s timeout). As a table (``FROM range(n)``) a series streams
+    and is interrupted, so any size goes there."""
     if isinstance(node, exp.GenerateSeries):
         if isinstance(node.parent, exp.Table):
             return None
         sizes, name = [node.args.get(k) for k in ("start", "end", "step")], "range()"
-    elif isinstance(node, exp.Repeat):
-        sizes, name = [node.args.get("times")], "repeat()"
-    elif isinstance(node, exp.Pad):
-        sizes, name = [node.expression], "lpad() / rpad()"
     elif isinstance(node, exp.Anonymous) and node.name.lower() in ("list_resize", "array_resize"):
         sizes, name = [(node.expressions[1:] or [exp.null()])[0]], f"{node.name.lower()}()"
     else:
@@ -248,7 +265,8 @@ def _pivot_values(node: exp.Expression) -> str | None:
 #: Per dialect, checks of single nodes: each returns why the node is refused, or None.
 NODE_CHECKS: dict[str, tuple[Callable[[exp.Expression], str | None], ...]] = {
     "sqlite": (_printf_width,),
-    "duckdb": (_built_size, _pivot_values),
+    "duckdb": (_value_size, _list_size, _pivot_values),
+    "postgres": (_value_size,),
 }
 
 _OPENERS = frozenset({TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.CASE})

@@ -10,6 +10,7 @@ round trips of the server-side cursor), and the server fails any row over the by
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
@@ -237,7 +238,8 @@ class PostgresEngine(Engine):
             if big := _PG_ROW_TOO_BIG.search(text):
                 raise ExecutionError(
                     "runtime",
-                    f"a result row of {big.group(1)} bytes is larger than {max_bytes} bytes",
+                    f"a result row of {big.group(1)} bytes is larger than "
+                    f"{max_bytes or PG_MAX_ROW_BYTES} bytes",
                     sql,
                 ) from err
             raise ExecutionError(classify_error(text), text, sql) from err
@@ -252,8 +254,10 @@ class PostgresEngine(Engine):
         # protocol, so the server accepts exactly one statement and only a query (simple
         # protocol would run "SELECT 1; COMMIT; DROP ..." in full), and rows come over only as
         # far as max_rows asks. No params: % stays literal.
-        query = sql if max_bytes is None else _pg_row_capped(sql, max_bytes)
-        cancel = getattr(raw, "cancel_safe", None) or raw.cancel
+        # Every row is capped, max_bytes=None included: the server's cancel cannot stop a row
+        # already being sent, and one 1 GB value took 17.6 s and 2.9 GB to arrive.
+        query = _pg_row_capped(sql, max_bytes or PG_MAX_ROW_BYTES)
+        cancel = _cancel_of(raw)
         # statement_timeout times each FETCH on its own; the watchdog's cancel holds the
         # deadline across all of them.
         token = WATCHDOG.arm(deadline, cancel)
@@ -272,6 +276,20 @@ class PostgresEngine(Engine):
     def interrupt(self) -> None:
         """Send a cancel request for every running query's backend."""
         self._running.stop_all()
+
+
+#: The largest row a PostgreSQL query may send when the caller sets no byte cap.
+PG_MAX_ROW_BYTES = 64 * 1024 * 1024
+#: How long a cancel request may wait for the server (psycopg's default is 30 s).
+PG_CANCEL_TIMEOUT_S = 1.0
+
+
+def _cancel_of(raw: Any) -> Any:
+    """The connection's cancel request, bounded in time where psycopg allows it."""
+    safe = getattr(raw, "cancel_safe", None)
+    if safe is None:
+        return raw.cancel
+    return functools.partial(safe, timeout=PG_CANCEL_TIMEOUT_S)
 
 
 def _release_session_state(raw: Any) -> None:

@@ -27,14 +27,18 @@ class _Watchdog:
 
     A SQLite progress handler only runs every :data:`SQLITE_PROGRESS_STEPS` instructions and a
     Python callback cannot run while another thread holds the GIL; ``interrupt()`` from here
-    reaches the query even then. ``disarm`` holds the same lock as the firing, so once it returns
-    the callback will not run: no stale interrupt can hit the connection's next query.
+    reaches the query even then. Each callback runs in a thread of its own, outside the lock:
+    one that blocks (a PostgreSQL cancel to a server that does not answer) delays neither the
+    other deadlines nor any query's ``arm`` / ``disarm``. ``disarm`` of a token whose callback
+    is running waits for that callback alone, so once it returns the callback is over: no
+    stale interrupt can hit the connection's next query.
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int]] = []
         self._armed: dict[int, Callable[[], None]] = {}
+        self._firing: dict[int, threading.Event] = {}  # set when the callback has returned
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
         # When the waiting thread looks at the heap next (inf: it waits for work).
@@ -60,9 +64,14 @@ class _Watchdog:
             return token
 
     def disarm(self, token: int) -> bool:
-        """Cancel; True when the callback had already fired."""
+        """Cancel; True when the callback had already fired (it has returned by now)."""
         with self._cond:
-            return self._armed.pop(token, None) is None
+            if self._armed.pop(token, None) is not None:
+                return False
+            firing = self._firing.get(token)
+        if firing is not None:
+            firing.wait()
+        return True
 
     def _loop(self) -> None:
         with self._cond:
@@ -84,10 +93,20 @@ class _Watchdog:
                     continue
                 heapq.heappop(self._heap)
                 callback = self._armed.pop(token)
-                try:
-                    callback()
-                except Exception:  # a connection closed meanwhile: nothing left to stop
-                    logger.debug("watchdog callback failed", exc_info=True)
+                self._firing[token] = done = threading.Event()
+                threading.Thread(
+                    target=self._fire, args=(token, callback, done), daemon=True
+                ).start()
+
+    def _fire(self, token: int, callback: Callable[[], None], done: threading.Event) -> None:
+        try:
+            callback()
+        except Exception:  # a connection closed meanwhile: nothing left to stop
+            logger.debug("watchdog callback failed", exc_info=True)
+        finally:
+            with self._cond:
+                self._firing.pop(token, None)
+            done.set()
 
 
 #: The one watchdog thread of the process.
