@@ -510,3 +510,27 @@ def test_duckdb_setseed_does_not_persist(copy: Path, tmp_path: Path) -> None:
         # Without its values DuckDB plans a column per distinct value, uninterruptibly.
         dynamic = db.try_execute("PIVOT singer ON Country USING count(*)")
         assert isinstance(dynamic, ExecutionError) and "IN (...)" in dynamic.message
+
+
+def test_ctrl_c_during_a_sqlite_query_is_the_users_not_a_timeout(tmp_path: Path) -> None:
+    """SQLite turns a KeyboardInterrupt raised in its progress handler into "interrupted",
+    which read as a timeout: Ctrl-C was recorded as the query's failure and the run went on."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from conftest import DEMO_CONCERT_DB
+
+    endless = (
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+    )
+    with Database.open(DEMO_CONCERT_DB) as db:
+        timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            db.execute(endless, timeout_s=30, use_cache=False)
+        assert time.monotonic() - start < 5
+        late = db.try_execute(endless, timeout_s=0.3, use_cache=False)  # a deadline still is one
+        assert isinstance(late, ExecutionError) and late.kind == "timeout"

@@ -307,6 +307,10 @@ class SQLiteEngine(Engine):
                 raise ExecutionError(
                     "connection", "the database was closed while the query ran", sql
                 ) from err
+            if "interrupted" in str(err) and time.monotonic() < deadline:
+                # Neither the deadline nor a close stopped it: a Ctrl-C, raised inside the
+                # progress handler, which SQLite turns into "interrupted". It is the user's.
+                raise KeyboardInterrupt from err
             text = str(err)
             raise ExecutionError(classify_error(text), text, sql) from err
         finally:
