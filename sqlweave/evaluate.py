@@ -441,6 +441,11 @@ def _open_out(
         wanted = dict(zip(ids, examples, strict=True))
         for record in read_records(out, repair=True):
             qid = str(record["question_id"])
+            if "pred_sql" not in record or "correct" not in record:
+                raise ValueError(
+                    f"{out} holds lines that are not evaluation records (question {qid} has no "
+                    "pred_sql or verdict): is it a questions file? Give another out_path"
+                )
             ex = wanted.get(qid)
             if ex is not None and record.get("gold_sql") != ex.gold_sql:
                 raise ValueError(

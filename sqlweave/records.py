@@ -59,15 +59,15 @@ def _parse(path: Path, raw: bytes, *, repair: bool) -> list[dict[str, Any]]:
         end = offset + len(line) + 1
         is_last = i == len(lines) - 1 or (i == len(lines) - 2 and not lines[-1])
         if line.strip():
+            complete = end <= len(raw)  # the line ended with a newline
             try:
                 record = json.loads(line)
                 if not isinstance(record, dict) or "question_id" not in record:
                     raise ValueError("not an evaluation record")
-                complete = end <= len(raw)  # the line ended with a newline
             except ValueError as err:
-                if not is_last:
+                # Only a last line cut off before its newline is a killed run's: drop it.
+                if not is_last or complete:
                     raise ValueError(f"{path}: line {i + 1} is not a valid record ({err})") from err
-                complete = False
             if not complete:
                 logger.warning("%s: dropping a truncated last line", path)
                 break

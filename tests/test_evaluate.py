@@ -569,3 +569,20 @@ def test_threads_visit_by_database_and_write_in_example_order(mixed, lookup, tmp
         Counting(lookup), mixed, out_path=out, num_threads=4, progress=False, usage_tracker=None
     )
     assert _file_ids(out) == [str(ex.question_id) for ex in mixed]
+
+
+def test_a_questions_file_given_as_the_records_file_is_refused_and_kept(examples, lookup, tmp_path):
+    out = tmp_path / "mine.jsonl"
+    text = "".join(json.dumps({"question_id": str(i), "question": "q"}) + "\n" for i in range(2))
+    out.write_text(text)
+    with pytest.raises(ValueError, match="not evaluation records"):
+        evaluate(Counting(lookup), examples[:2], out_path=out, progress=False, usage_tracker=None)
+    assert out.read_text() == text
+
+
+def test_a_complete_last_line_that_is_no_record_is_an_error_not_a_truncation(tmp_path):
+    out = tmp_path / "r.jsonl"
+    out.write_text('{"not": "records"}\n')
+    with pytest.raises(ValueError, match="line 1 is not a valid record"):
+        read_records(out, repair=True)
+    assert out.read_text() == '{"not": "records"}\n'
