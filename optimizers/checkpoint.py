@@ -61,9 +61,18 @@ class Checkpoint:
         if self.path.is_file():
             try:
                 payload = json.loads(self.path.read_text())
-            except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-                logger.warning("ignoring unreadable checkpoint %s: %s", self.path, err)
-                return
+            except (OSError, ValueError, RecursionError) as err:
+                payload = None
+                why = str(err)
+            else:
+                why = "it has no compile checkpoint header"
+            if not (isinstance(payload, dict) and payload.get("format") == CHECKPOINT_FORMAT):
+                # Written atomically, a checkpoint is never half a file: this is someone's
+                # other file (a questions file, an artefact), which the compile would replace.
+                raise ValueError(
+                    f"{self.path} exists and is not a compile checkpoint ({why}); give another "
+                    "checkpoint path"
+                )
             if (
                 isinstance(payload, dict)
                 and payload.get("format") == CHECKPOINT_FORMAT

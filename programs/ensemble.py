@@ -14,6 +14,7 @@ generator wrote and whether any was right (oracle EX).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -90,11 +91,14 @@ def parse_temperatures(
     """Per-generator sampling temperatures: one number for all (``0.7``, ``"0.7"``), or
     ``"direct=1.0,dubo_v1=0.7"`` (or a dict), unnamed ones at :data:`DEFAULT_TEMPERATURE`
     (docs/decisions.md, rule 19: one pool at two temperatures)."""
-    if isinstance(value, int | float):
-        return dict.fromkeys(names, float(value))
-    if isinstance(value, str) and "=" not in value:
-        return dict.fromkeys(names, float(value))
-    return _per_generator(value, names, DEFAULT_TEMPERATURE, "temperature")
+    if isinstance(value, int | float) or (isinstance(value, str) and "=" not in value):
+        temperatures = dict.fromkeys(names, float(value))
+    else:
+        temperatures = _per_generator(value, names, DEFAULT_TEMPERATURE, "temperature")
+    for name, t in temperatures.items():
+        if not (math.isfinite(t) and t >= 0):  # nan, inf or below 0: no sampling at all
+            raise ValueError(f"temperature for {name} must be a finite number >= 0, not {t}")
+    return temperatures
 
 
 def parse_samples(value: int | str | Mapping[str, int], names: Sequence[str]) -> dict[str, int]:

@@ -112,10 +112,12 @@ def _benchmark_dir(root: str | Path | None, name: str, marker: Iterable[str]) ->
 
 def _read_json_list(path: Path) -> list[dict[str, Any]]:
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8-sig") as fh:  # -sig: a leading BOM is no JSON error
             items = json.load(fh)
     except FileNotFoundError as err:
         raise DataError(path, "file not found") from err
+    except UnicodeDecodeError as err:
+        raise DataError(path, f"not UTF-8 text ({err.reason} at byte {err.start})") from err
     except json.JSONDecodeError as err:
         raise DataError(path, f"invalid JSON at line {err.lineno}, column {err.colno}") from err
     if not isinstance(items, list):
@@ -319,9 +321,11 @@ def load_questions(
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # -sig: a leading BOM is no JSON error
     except FileNotFoundError as err:
         raise DataError(path, "file not found") from err
+    except UnicodeDecodeError as err:
+        raise DataError(path, f"not UTF-8 text ({err.reason} at byte {err.start})") from err
     items = _parse_question_text(path, text)
     examples = []
     for i, item in enumerate(items):

@@ -28,6 +28,7 @@ importable from here.
 from __future__ import annotations
 
 import html
+import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -482,11 +483,16 @@ def write_report(
     """Render the runs in ``paths`` (evaluation JSONL files) into the HTML file ``out``."""
     if names is not None and len(names) != len(paths):
         raise ValueError(f"{len(names)} names for {len(paths)} runs")
+    out = Path(out)
+    for p in paths:
+        if Path(p).resolve() == out.resolve():
+            raise ValueError(f"--out {out} is one of the runs; writing there would replace it")
     runs = [load_run(p, names[i] if names else None) for i, p in enumerate(paths)]
     _dedupe_names(runs)
-    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_report(runs, title=title), encoding="utf-8")
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(render_report(runs, title=title), encoding="utf-8")
+    os.replace(tmp, out)
     return out
 
 

@@ -131,10 +131,11 @@ class Run:
         """Prompt + completion tokens per question, for records that carry usage."""
         out = []
         for r in self.records:
-            usage = r.get("usage") or {}
+            usage = _usage(r)
             if "prompt_tokens" in usage or "completion_tokens" in usage:
-                out.append(float(usage.get("prompt_tokens") or 0))
-                out[-1] += float(usage.get("completion_tokens") or 0)
+                out.append(
+                    _number(usage.get("prompt_tokens")) + _number(usage.get("completion_tokens"))
+                )
         return out
 
     def seconds(self) -> list[float]:
@@ -143,8 +144,8 @@ class Run:
 
     def calls(self, field: str = "calls") -> list[float]:
         """LM calls per question (``field="cached_calls"``: those answered from DSPy's cache)."""
-        values = [(r.get("usage") or {}).get(field) for r in self.records]
-        return [float(v) for v in values if v is not None]
+        values = [_usage(r).get(field) for r in self.records]
+        return [_number(v) for v in values if v is not None]
 
     def ex_by_database(self) -> dict[str, Interval]:
         """EX per ``db_id`` (sorted by name), with intervals."""
@@ -236,3 +237,17 @@ def judged(run: Run) -> tuple[list[float], list[bool]]:
     """The run's answers that carry a confidence: (confidences, right or not)."""
     rows = [r for r in run.records if isinstance(r.get("confidence"), int | float)]
     return [float(r["confidence"]) for r in rows], [bool(r.get("correct")) for r in rows]
+
+
+def _usage(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's usage, or {} where it holds none or something that is no usage object."""
+    usage = record.get("usage")
+    return usage if isinstance(usage, dict) else {}
+
+
+def _number(value: Any) -> float:
+    """A usage count as a number; what is none (or no number) counts as 0."""
+    try:
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0

@@ -101,7 +101,8 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
     totals: dict[str, float] = {"wall_seconds": sum(float(r.get("seconds") or 0) for r in records)}
     for r in records:
-        for key, value in (r.get("usage") or {}).items():
+        usage = r.get("usage")
+        for key, value in (usage if isinstance(usage, dict) else {}).items():
             if isinstance(value, int | float) and not isinstance(value, bool):
                 totals[key] = totals.get(key, 0) + value
     oracle = oracle_ex(records)

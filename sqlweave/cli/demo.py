@@ -52,6 +52,10 @@ def demo(
     from sqlweave.optimizers import load_program
     from sqlweave.programs.presets import DEFAULT_PRESET, get_preset
 
+    if n_dev < 1:
+        fail(f"--n-dev must be at least 1, not {n_dev}")  # before the compile, not after it
+    if workdir.exists() and not workdir.is_dir():
+        fail(f"--workdir {workdir} is a file; give a folder")
     workdir.mkdir(parents=True, exist_ok=True)
     artefact = workdir / f"{DEFAULT_PRESET}.json"
     space = f"samples=1,{get_preset(DEFAULT_PRESET).switches.get('samples', 8)}"

@@ -141,10 +141,15 @@ def _baseline_records(baseline: Path | None) -> list[dict[str, Any]] | None:
 
     if baseline is None:
         return None
+    if not baseline.is_file():
+        fail(f"--baseline {baseline} not found (an earlier evaluate's records file)")
     try:
-        return read_records(baseline)
+        records = read_records(baseline)
     except (OSError, ValueError) as err:
         fail(f"cannot read --baseline {baseline}: {err}")
+    if not records:
+        fail(f"--baseline {baseline} holds no records")
+    return records
 
 
 def _run(

@@ -32,5 +32,5 @@ def models_fetch(
 
     try:
         typer.echo(fetch_command(name, cache_dir, force=force))
-    except ModelError as err:
+    except (ModelError, OSError) as err:  # OSError: a cache folder that is a file, or unwritable
         fail(str(err))

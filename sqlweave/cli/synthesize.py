@@ -11,6 +11,7 @@ from sqlweave.cli import options as opt
 from sqlweave.cli.common import check_writable, configure_lm, fail, setup_logging
 from sqlweave.cli.root import app
 from sqlweave.cli.switches import typed_switches
+from sqlweave.errors import SqlweaveError
 
 DbOpt = Annotated[str, typer.Option("--db", help="SQLite file or SQLAlchemy URL")]
 NOpt = Annotated[int, typer.Option("--n", help="question/SQL pairs to make")]
@@ -85,18 +86,22 @@ def synthesize(
     except SynthesisError as err:
         fail(str(err))
     configure_lm(model, api_base, lm_threads)
+    from sqlweave.failures import endpoint_guard
+
     try:
-        pairs = run_synthesis(
-            database,
-            n,
-            out=out,
-            seed=seed,
-            program=checker,
-            check=check,
-            sample_rows=sample_rows,
-            accept=accept,
-        )
-    except SynthesisError as err:
+        with endpoint_guard():  # a dead endpoint ends it as one LMUnavailableError
+            pairs = run_synthesis(
+                database,
+                n,
+                out=out,
+                seed=seed,
+                program=checker,
+                check=check,
+                sample_rows=sample_rows,
+                accept=accept,
+            )
+    except (SynthesisError, SqlweaveError, OSError) as err:
+        # SqlweaveError: a dead model endpoint, said in one line as compile and evaluate do
         fail(str(err))
     typer.echo(
         f"{len(pairs)} pairs for {database.name} in {out} (every verdict: {out}.tried.jsonl)"

@@ -160,13 +160,26 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise SynthesisError(
+            f"{path} is not a pairs file of sqlweave's (not UTF-8: {err})"
+        ) from err
+    for line in text.splitlines():
         line = line.strip()
         if line:
             try:
-                out.append(json.loads(line))
+                item = json.loads(line)
             except json.JSONDecodeError:
                 logger.warning("%s: skipped a broken line (an interrupted write)", path)
+                continue
+            if not isinstance(item, dict):
+                raise SynthesisError(
+                    f"{path} is not a pairs file of sqlweave's (a line holds {type(item).__name__}"
+                    ", not an object); give another --out"
+                )
+            out.append(item)
     return out
 
 

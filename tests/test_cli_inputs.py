@@ -1,0 +1,119 @@
+"""Bad input to the commands: a one-line error and exit 2, nothing of the user's overwritten
+(each case found by a review of the CLI, each failing before its fix)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import DEMO_CONCERT_DB
+from typer.testing import CliRunner
+
+from sqlweave.cli import app
+
+runner = CliRunner()
+DEAD = ["--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1"]
+
+
+def _records(path: Path, usage: object = None) -> Path:
+    record = {
+        "question_id": "1",
+        "db_id": "concert_singer",
+        "question": "How many singers?",
+        "gold_sql": "SELECT count(*) FROM singer",
+        "pred_sql": "SELECT count(*) FROM singer",
+        "correct": True,
+        "usage": usage,
+    }
+    path.write_text(json.dumps(record) + "\n")
+    return path
+
+
+def _clean(result) -> None:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+
+
+def test_report_refuses_to_write_over_one_of_its_runs(tmp_path: Path) -> None:
+    run = _records(tmp_path / "r1.jsonl")
+    before = run.read_text()
+    _clean(runner.invoke(app, ["report", str(run), "--out", str(run)]))
+    assert run.read_text() == before
+
+
+@pytest.mark.parametrize("usage", ["x", [1], {"calls": "many"}])
+def test_report_reads_records_whose_usage_is_no_object(tmp_path: Path, usage: object) -> None:
+    pytest.importorskip("matplotlib")
+    run = _records(tmp_path / "r1.jsonl", usage)
+    result = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "r.html")])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_checkpoint_path_holding_another_file_is_refused_and_kept(tmp_path: Path) -> None:
+    from sqlweave.optimizers.checkpoint import Checkpoint
+
+    precious = tmp_path / "questions.jsonl"
+    precious.write_text('{"question": "How many?"}\n')
+    with pytest.raises(ValueError, match="not a compile checkpoint"):
+        Checkpoint(precious, {"a": 1})
+    assert precious.read_text() == '{"question": "How many?"}\n'
+
+
+def test_synthesize_with_a_dead_endpoint_is_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "pairs.jsonl"
+    args = ["synthesize", "--db", str(DEMO_CONCERT_DB), "--n", "2", "--out", str(out), *DEAD]
+    result = runner.invoke(app, args)
+    assert result.exit_code in (1, 2), result.output
+    assert "Traceback" not in result.output and "127.0.0.1:9" in result.output
+
+
+def test_synthesize_refuses_an_out_file_that_holds_no_pairs(tmp_path: Path) -> None:
+    out = tmp_path / "arr.jsonl"
+    out.write_text('[1, 2]\n"x"\n')
+    args = ["synthesize", "--db", str(DEMO_CONCERT_DB), "--n", "2", "--out", str(out), *DEAD]
+    _clean(runner.invoke(app, args))
+    assert out.read_text() == '[1, 2]\n"x"\n'
+
+
+def test_demo_checks_its_options_before_it_compiles(tmp_path: Path) -> None:
+    _clean(runner.invoke(app, ["demo", "--n-dev", "0", "--workdir", str(tmp_path), *DEAD]))
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    _clean(runner.invoke(app, ["demo", "--workdir", str(afile), *DEAD]))
+
+
+def test_models_fetch_into_a_file_is_one_line(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    args = ["models", "fetch", "qwen2.5-coder-0.5b", "--cache-dir", str(afile / "x")]
+    _clean(runner.invoke(app, args))
+
+
+def test_a_missing_baseline_is_refused_before_the_run(tmp_path: Path) -> None:
+    args = ["evaluate", "-p", "direct", "--n", "1", "--baseline", str(tmp_path / "nope.jsonl")]
+    result = runner.invoke(app, [*args, *DEAD])
+    _clean(result)
+    assert "--baseline" in result.output and "not found" in result.output
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_ensemble_refuses_a_temperature_that_is_no_temperature(value: str) -> None:
+    from sqlweave.programs import get
+
+    with pytest.raises(ValueError, match="temperature"):
+        get("ensemble", temperature=float(value))
+
+
+def test_a_questions_file_with_a_bom_reads(tmp_path: Path) -> None:
+    from sqlweave.benchmarks import load_questions
+
+    item = {"question": "How many singers?", "db_path": str(DEMO_CONCERT_DB)}
+    for name, text in (("q.json", json.dumps([item])), ("q.jsonl", json.dumps(item) + "\n")):
+        path = tmp_path / name
+        path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+        assert load_questions(path)[0].question == "How many singers?"
+    bad = tmp_path / "latin.jsonl"
+    bad.write_bytes(b'{"question": "caf\xe9"}\n')
+    with pytest.raises(Exception, match="latin.jsonl.*not UTF-8"):
+        load_questions(bad)
