@@ -58,6 +58,8 @@ class Checkpoint:
         self.entries: dict[str, Any] = {}
         self.calls = 0
         self.reused = 0
+        if self.path.is_dir():
+            raise ValueError(f"checkpoint {self.path} is a folder; give a file path")
         if self.path.is_file():
             try:
                 payload = json.loads(self.path.read_text())
@@ -119,11 +121,15 @@ class Checkpoint:
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(payload, fh, default=str)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(payload, fh, default=str)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)  # no stray temporary file beside the checkpoint
+            raise
 
 
 def _data_hash(examples: list[dspy.Example] | None) -> str | None:

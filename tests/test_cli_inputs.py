@@ -58,6 +58,9 @@ def test_a_checkpoint_path_holding_another_file_is_refused_and_kept(tmp_path: Pa
     with pytest.raises(ValueError, match="not a compile checkpoint"):
         Checkpoint(precious, {"a": 1})
     assert precious.read_text() == '{"question": "How many?"}\n'
+    with pytest.raises(ValueError, match="is a folder"):
+        Checkpoint(tmp_path, {"a": 1})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["questions.jsonl"]  # no .tmp left
 
 
 def test_synthesize_with_a_dead_endpoint_is_one_line(tmp_path: Path) -> None:

@@ -107,9 +107,14 @@ def test_round_trip_keeps_only_pairs_whose_answer_matches(tmp_path: Path):
     assert Path(ex.db_path) == DEMO_CONCERT_DB
 
 
+def _distinct_questions(n: int = 40) -> DummyLM:
+    """A describer that writes a new question each call (a pair is kept once per question)."""
+    return DummyLM([{"question": f"How many singers are there, case {i}?"} for i in range(n)])
+
+
 def test_without_the_round_trip_every_question_is_kept_and_a_rerun_resumes(tmp_path: Path):
     out = tmp_path / "pairs.jsonl"
-    with dspy.context(lm=_lm()):
+    with dspy.context(lm=_distinct_questions()):
         first = synthesize(DEMO_CONCERT_DB, 3, out=out, check=False, progress=False)
         assert len(first) == 3
         more = synthesize(DEMO_CONCERT_DB, 5, out=out, check=False, progress=False)
@@ -376,3 +381,24 @@ def test_drafts_on_a_mixed_case_postgres_schema_run():
     assert len(drafts) == 12 and failed == []
     assert any('"ShopName"' in d.sql for d in drafts)
     assert any("JOIN" in d.sql for d in drafts)
+
+
+def test_a_question_utf8_cannot_hold_is_written_not_fatal(tmp_path: Path):
+    out = tmp_path / "pairs.jsonl"
+    lm = DummyLM({"Answer with the question only": {"question": "How many singers \udcff?"}})
+    with dspy.context(lm=lm):
+        pairs = synthesize(DEMO_CONCERT_DB, 1, out=out, check=False, progress=False)
+    assert len(pairs) == 1 and out.read_text().count("\\udcff") == 1
+
+
+def test_drafts_stop_when_the_schema_has_no_new_query(tmp_path: Path):
+    import time
+
+    path = tmp_path / "one.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER)")
+        conn.execute("INSERT INTO t VALUES (1)")
+    start = time.monotonic()
+    with Database.open(path) as db:
+        drafts = list(draft_queries(db, 10_000_000, seed=0))
+    assert len(drafts) < 1000 and time.monotonic() - start < 60

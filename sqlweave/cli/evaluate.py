@@ -141,7 +141,7 @@ def _baseline_records(baseline: Path | None) -> list[dict[str, Any]] | None:
 
     if baseline is None:
         return None
-    if not baseline.is_file():
+    if not baseline.exists():
         fail(f"--baseline {baseline} not found (an earlier evaluate's records file)")
     try:
         records = read_records(baseline)

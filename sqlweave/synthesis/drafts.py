@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import re
 from collections.abc import Iterator, Sequence
@@ -20,10 +21,15 @@ from sqlweave.hardness import spider_hardness
 from sqlweave.schema import introspect
 from sqlweave.synthesis.templates import GROUPING, TEMPLATES, Draw, Template
 
+logger = logging.getLogger(__name__)
+
 MAX_ROWS = 50
 """A label whose answer is longer than this is a listing, not a question a user asks."""
 TIMEOUT_S = 5.0
 MAX_DRAWS_PER_PAIR = 12
+#: Draws in a row that give no new query before the schema counts as exhausted: a large n on
+#: a small schema otherwise spins through 12 draws a pair asked for, with nothing to show.
+MAX_IDLE_DRAWS = 2_000
 """Template draws per wanted pair before giving up (a schema with few usable columns)."""
 DIFFICULTY_MIX = {"easy": 0.25, "medium": 0.40, "hard": 0.20, "extra": 0.15}
 """Spider dev's hardness shares, roughly: what the templates are drawn towards."""
@@ -113,15 +119,20 @@ def draft_queries(
     for tpl in TEMPLATES:
         by_level.setdefault(tpl[1], []).append(tpl)
     levels, weights = zip(*DIFFICULTY_MIX.items(), strict=True)
-    made = 0
+    made = idle = 0
     for _ in range(MAX_DRAWS_PER_PAIR * n):
         if made >= n:
+            return
+        if idle >= MAX_IDLE_DRAWS:  # the schema offers no more distinct queries
+            logger.info("%s: no new query in %d draws; the schema is exhausted", db.name, idle)
             return
         level = rng.choices(levels, weights)[0]
         name, _level, fill = rng.choice(by_level[level])
         filled = fill(draw)
         if filled is None or _normal(filled[0]) in seen:
+            idle += 1
             continue
+        idle = 0
         sql, meaning = filled
         seen.add(_normal(sql))
         verdict = check_draft(db, name, sql, meaning)

@@ -184,8 +184,10 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _append(path: Path, record: dict[str, Any]) -> None:
+    from sqlweave.records import json_line
+
     with path.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        fh.write(json_line(record))  # a lone surrogate the LM wrote is escaped, not fatal
         fh.flush()
 
 
