@@ -120,3 +120,13 @@ def test_a_questions_file_with_a_bom_reads(tmp_path: Path) -> None:
     bad.write_bytes(b'{"question": "caf\xe9"}\n')
     with pytest.raises(Exception, match="latin.jsonl.*not UTF-8"):
         load_questions(bad)
+
+
+@pytest.mark.parametrize("program", ["direct", "ensemble"])
+def test_a_number_of_samples_that_never_finishes_is_refused(program: str) -> None:
+    from sqlweave.programs import get
+
+    with pytest.raises(ValueError, match="samples must be at most"):
+        get(program, samples=10**20)
+    args = ["ask", "How many singers?", "--db", str(DEMO_CONCERT_DB), "-p", program]
+    _clean(runner.invoke(app, [*args, "--set", "samples=100000000", *DEAD]))

@@ -268,6 +268,10 @@ def role_switches(**specs: str | dspy.Module) -> dict[str, str | None]:
     return {role: name_of(role, spec) for role, spec in specs.items()}
 
 
+#: The most candidates one generator may draw for a question (the papers draw 5 to 20).
+MAX_SAMPLES = 256
+
+
 def check_samples(samples: Any, selector: str | dspy.Module | None = None) -> int:
     """``samples`` validated: the one check of every program's ``samples`` switch.
 
@@ -279,6 +283,8 @@ def check_samples(samples: Any, selector: str | dspy.Module | None = None) -> in
     """
     if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
         raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+    if samples > MAX_SAMPLES:  # 1e20 from a typo or a hand-edited artefact never finishes
+        raise ValueError(f"samples must be at most {MAX_SAMPLES}, got {samples}")
     if selector is None:
         return samples
     chooser = stage_class("selector", selector) if isinstance(selector, str) else selector
