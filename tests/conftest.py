@@ -350,3 +350,20 @@ def dummy_model(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     monkeypatch.setattr("sqlweave.lm.configure", fake_configure)
     yield holder
     dspy.configure(lm=None)
+
+
+class NumberedQuestions(dict):
+    """DummyLM answers (prompt key -> fields) whose question writer numbers each question it
+    writes: synthesis keeps a question once per database, and a real writer's questions differ
+    with their queries. Use as ``DummyLM(NumberedQuestions({...}))``."""
+
+    def __init__(self, answers: dict) -> None:
+        super().__init__(answers)
+        self.count = 0
+
+    def items(self):  # DummyLM reads its dict answers through items(), once a call
+        for key, value in super().items():
+            if "question" in value:
+                self.count += 1
+                value = {**value, "question": f"{value['question']} ({self.count})"}
+            yield key, value

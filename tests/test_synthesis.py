@@ -8,7 +8,7 @@ from pathlib import Path
 
 import dspy
 import pytest
-from conftest import DEMO_CONCERT_DB, pg_schema
+from conftest import DEMO_CONCERT_DB, NumberedQuestions, pg_schema
 from dspy.utils import DummyLM
 
 from sqlweave.data import load_questions
@@ -28,7 +28,8 @@ ANSWER = "SELECT count(*) FROM singer"
 
 def _lm() -> DummyLM:
     # the describer gets QUESTION for every query; direct answers ANSWER to every question
-    return DummyLM({"Answer with the question only": {"question": QUESTION}, "": {"sql": ANSWER}})
+    answers = {"Answer with the question only": {"question": QUESTION}, "": {"sql": ANSWER}}
+    return DummyLM(NumberedQuestions(answers))
 
 
 def test_drafts_run_return_rows_and_cover_the_levels():
@@ -402,3 +403,15 @@ def test_drafts_stop_when_the_schema_has_no_new_query(tmp_path: Path):
     with Database.open(path) as db:
         drafts = list(draft_queries(db, 10_000_000, seed=0))
     assert len(drafts) < 1000 and time.monotonic() - start < 60
+
+
+def test_a_question_already_kept_is_not_kept_again(tmp_path: Path):
+    """Two pairs with one question could land in train and in validation both."""
+    out = tmp_path / "pairs.jsonl"
+    lm = DummyLM({"Answer with the question only": {"question": QUESTION}})  # one for all
+    with dspy.context(lm=lm):
+        pairs = synthesize(DEMO_CONCERT_DB, 3, out=out, check=False, progress=False)
+        again = synthesize(DEMO_CONCERT_DB, 4, out=out, check=False, progress=False)
+    assert [p["question"] for p in pairs] == [QUESTION] and len(again) == 1  # also on resume
+    tried = [json.loads(line) for line in (tmp_path / "pairs.jsonl.tried.jsonl").open()]
+    assert any(t["why"] == "a kept pair already asks this question" for t in tried)

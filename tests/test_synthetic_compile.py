@@ -11,7 +11,7 @@ from typing import Any
 
 import dspy
 import pytest
-from conftest import DEMO_CONCERT_DB, DEMO_ROOT, duckdb_url, pg_schema
+from conftest import DEMO_CONCERT_DB, DEMO_ROOT, NumberedQuestions, duckdb_url, pg_schema
 from dspy.utils import DummyLM
 from typer.testing import CliRunner
 
@@ -28,7 +28,8 @@ QUESTION = "How many singers are there?"
 
 def _lm(sql: str = "SELECT count(*) FROM singer") -> DummyLM:
     """The describer writes QUESTION for every query; every program answer is ``sql``."""
-    return DummyLM({"Answer with the question only": {"question": QUESTION}, "": {"sql": sql}})
+    answers = {"Answer with the question only": {"question": QUESTION}, "": {"sql": sql}}
+    return DummyLM(NumberedQuestions(answers))
 
 
 def _sqlite(path: Path, *statements: str) -> Path:
@@ -164,7 +165,8 @@ def test_compile_on_synthesized_pairs_records_the_set_and_resumes(tmp_path: Path
 
 
 def test_compile_over_two_databases_shows_each_question_its_own_databases_demos(tmp_path: Path):
-    lm = DummyLM({"Answer with the question only": {"question": QUESTION}, "": {"sql": "SELECT 1"}})
+    answers = {"Answer with the question only": {"question": QUESTION}, "": {"sql": "SELECT 1"}}
+    lm = DummyLM(NumberedQuestions(answers))
     with dspy.context(lm=lm):
         compiled = sqlweave.compile(
             "direct",

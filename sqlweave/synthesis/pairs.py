@@ -243,6 +243,7 @@ def synthesize(
         sample_rows=sample_rows,
         accept=accept,
     )
+    judge.asked.update(_asked(str(p.get("question", ""))) for p in pairs)
     bar = tqdm(
         total=n, initial=len(pairs), desc=f"synthesize {database.name}", disable=not progress
     )
@@ -273,6 +274,14 @@ def synthesize(
     return pairs
 
 
+#: The verdict on a question a kept pair already asks.
+DUPLICATE_QUESTION = "a kept pair already asks this question"
+
+
+def _asked(question: str) -> str:
+    return " ".join(question.lower().split())
+
+
 @dataclass
 class _Judge:
     """One draft's fate: its question written, the round trip run; the verdict recorded in
@@ -285,6 +294,8 @@ class _Judge:
     sample_rows: int
     accept: str
     db_ref: str = field(init=False)
+    #: The questions of the pairs kept so far (normalised): each is kept once.
+    asked: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.db_ref = database_ref(self.database)
@@ -299,6 +310,8 @@ class _Judge:
         question = describe(item, database, self.describer, sample_rows=self.sample_rows)
         if not question:
             why = "the LM wrote no usable question"
+        elif _asked(question) in self.asked:  # one question twice could be in train and in val
+            why = DUPLICATE_QUESTION
         elif self.check and not round_trip(question, item, database, self.answerer, self.accept):
             why = ROUND_TRIP_REJECTED
         else:
@@ -313,6 +326,7 @@ class _Judge:
         }
         if why:
             return verdict, None
+        self.asked.add(_asked(question))
         return verdict, {
             "question_id": f"syn_{database.name}_{index:05d}",
             "db_id": database.name,
