@@ -222,12 +222,7 @@ def synthesize(
     from sqlweave.programs.base import resolve_database
     from sqlweave.signatures import DescribeSQL
 
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise SynthesisError(f"n must be a positive integer, got {n!r}")
-    if accept not in ROUND_TRIP_ACCEPT:
-        raise SynthesisError(
-            f"accept must be one of {', '.join(ROUND_TRIP_ACCEPT)}, not {accept!r}"
-        )
+    _check_request(n, accept)
     database = resolve_database(db)
     out_path = Path(out) if out is not None else None
     tried_path = out_path.with_name(out_path.name + ".tried.jsonl") if out_path else None
@@ -272,6 +267,16 @@ def synthesize(
             n,
         )
     return pairs
+
+
+def _check_request(n: Any, accept: Any) -> None:
+    """Refuse a number of pairs or an ``accept`` that :func:`synthesize` cannot work with."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise SynthesisError(f"n must be a positive integer, got {n!r}")
+    if accept not in ROUND_TRIP_ACCEPT:
+        raise SynthesisError(
+            f"accept must be one of {', '.join(ROUND_TRIP_ACCEPT)}, not {accept!r}"
+        )
 
 
 #: The verdict on a question a kept pair already asks.
