@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -262,8 +263,6 @@ def _meta_problem(meta: ArtifactMeta) -> str | None:
 
 
 def _finite(value: Any) -> bool:
-    import math
-
     number = isinstance(value, int | float) and not isinstance(value, bool)
     return number and math.isfinite(value)
 

@@ -453,11 +453,12 @@ def _open_out(
                     "this file belongs to a different dataset (use another out_path)"
                 )
             scored = record.get("semantics")
-            if ex is not None and scored and scored != (semantics or semantics_for(ex)):
+            scoring = (semantics or semantics_for(ex)) if ex is not None else None
+            if scored and scoring and scored != scoring:
                 raise ValueError(
                     f"{out}: record {qid} was scored under {scored}, this run scores under "
-                    f"{semantics or semantics_for(ex)}; one EX cannot mix the two (use another "
-                    "out_path, or resume=False to start it afresh)"
+                    f"{scoring}; one EX cannot mix the two (use another out_path, or "
+                    "resume=False to start it afresh)"
                 )
             if is_run_failure_record(record):
                 stale = True  # an older sqlweave recorded a dead endpoint as an answer

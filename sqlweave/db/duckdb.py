@@ -47,8 +47,10 @@ class DuckDBEngine(Engine):
             config = {
                 "enable_external_access": False,
                 "memory_limit": DUCKDB_MEMORY_LIMIT,
-                "temp_directory": "",  # no spilling: a query's memory limit is its limit, no
-                "lock_configuration": True,  # folder of GBs beside the database file
+                # No spilling: the memory limit is a query's limit, not a folder of GBs
+                # written beside the database file.
+                "temp_directory": "",
+                "lock_configuration": True,
             }
             engine = sa.create_engine(url, connect_args={"read_only": True, "config": config})
             with engine.connect():

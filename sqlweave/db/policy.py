@@ -242,7 +242,7 @@ def _list_size(node: exp.Expression) -> str | None:
             return None
         sizes, name = [node.args.get(k) for k in ("start", "end", "step")], "range()"
     elif isinstance(node, exp.Anonymous) and node.name.lower() in ("list_resize", "array_resize"):
-        sizes, name = [(node.expressions[1:] or [exp.null()])[0]], f"{node.name.lower()}()"
+        sizes, name = node.expressions[1:2] or [exp.null()], f"{node.name.lower()}()"
     else:
         return None
     if all(_small(size) for size in sizes):
