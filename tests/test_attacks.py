@@ -21,6 +21,7 @@ import os
 import resource
 import shutil
 import sqlite3
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ MARGIN_S = 1.0
 MEMORY_BOUND = 1536 * 1024 * 1024
 #: Result cap used for the suite (smaller than the default, so byte capping shows).
 MAX_BYTES = 16 * 1024 * 1024
-PWNED = Path("/tmp/sqlweave_attack_pwned")
+PWNED = Path(tempfile.gettempdir()) / "sqlweave_attack_pwned"
 
 # --- statements ----------------------------------------------------------------------------------
 
@@ -478,7 +479,7 @@ def _peak_rss() -> int:
 
 
 def _no_pwned_files() -> list[Path]:
-    return [p for p in Path("/tmp").glob(PWNED.name + "*")]
+    return [p for p in PWNED.parent.glob(PWNED.name + "*")]
 
 
 @pytest.fixture(autouse=True)

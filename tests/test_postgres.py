@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,8 @@ pytestmark = pytest.mark.postgres
 
 SCHEMA = "test_concert_singer"
 TIMEOUT_S = 1.0
+#: Where an attack that escaped would write (the machine's temporary folder).
+PWNED = Path(tempfile.gettempdir()) / "sqlweave_pwned"
 
 
 @pytest.fixture(scope="module")
@@ -185,8 +188,8 @@ PG_ATTACKS = {
         "WITH i AS (INSERT INTO singer (singer_id) VALUES (101) RETURNING *) SELECT count(*) FROM i"
     ),
     "select_into": "SELECT * INTO pwned FROM singer",
-    "copy_to_program": "COPY singer TO PROGRAM 'touch /tmp/sqlweave_pwned'",
-    "copy_to_file": "COPY (SELECT 1) TO '/tmp/sqlweave_pwned.csv'",
+    "copy_to_program": f"COPY singer TO PROGRAM 'touch {PWNED}'",
+    "copy_to_file": f"COPY (SELECT 1) TO '{PWNED}.csv'",
     "set_config": "SELECT set_config('transaction_read_only', 'off', false)",
     "set_config_timeout": "SELECT set_config('statement_timeout', '0', false)",
     "set": "SET statement_timeout = 0",
@@ -242,7 +245,7 @@ def test_attacks_are_refused(copied: str, attack_urls: dict[str, str]) -> None:
             assert isinstance(outcome, ExecutionError), f"{role}: {name} ran"
             assert outcome.kind == "not_read_only", f"{role}: {name}: {outcome}"
     assert _fingerprint(copied) == before
-    assert not Path("/tmp/sqlweave_pwned").exists()
+    assert not PWNED.exists()
 
 
 def test_engine_guard_alone_refuses(
@@ -262,7 +265,7 @@ def test_engine_guard_alone_refuses(
             assert isinstance(outcome, ExecutionError), f"{role}: {name} ran: {outcome}"
     after = _fingerprint(copied)
     assert after == before, (before, after)
-    assert not Path("/tmp/sqlweave_pwned").exists()
+    assert not PWNED.exists()
 
 
 def test_statement_timeout_stops_pg_sleep(pg: Database) -> None:
