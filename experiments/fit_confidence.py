@@ -46,7 +46,6 @@ from sqlweave.confidence import (
     fit_calibrator,
     packaged_calibrators,
     packaged_threshold,
-    threshold_for,
     threshold_for_all,
 )
 from sqlweave.data import load_slice
@@ -262,13 +261,16 @@ def cmd_fit(args: argparse.Namespace) -> None:
     provenance (rule 17a: a new design refits the ``pool`` model only). ``--features``: the
     ``pool`` model's feature set (rule 20); ``--second``: spider-train-val's rows, which the
     threshold must also hold on (rule 20; rule 17 chose it on the decision set alone);
-    ``--extra``: more rows fitted on (rule 35)."""
+    ``--extra``: more rows fitted on (rule 35); ``--lower-z``: the out-of-fold share must hold
+    at that Wilson lower bound (rule 40: 1.645), not as a point estimate."""
     rows = decision_rows(args)
     refit = [k for k in ("pool", "single") if k in args.refit.split(",")]
     if "pool" not in refit:
         raise SystemExit("--refit must include pool: the threshold is chosen on its answers")
     shipped = json.loads(WEIGHTS_FILE.read_text(encoding="utf-8"))
     report: dict[str, Any] = {"fitted_on": Path(args.rows).name, "n": len(rows)}
+    if args.lower_z:
+        report["threshold_rule"] = f"Wilson lower bound at z={args.lower_z} (rule 40)"
     if args.extra:
         report["extra_rows"] = [Path(path).name for path in args.extra]
     models = dict(shipped["models"])
@@ -281,11 +283,13 @@ def cmd_fit(args: argparse.Namespace) -> None:
         if kind == "pool" and args.second:
             second = _xy(list(read_records(args.second)), kind)
             on_second = [model.probability(f) for f in second[0]]
-            cut = threshold_for_all([(scores, labels), (on_second, second[1])], TARGET_PRECISION)
+            cut = threshold_for_all(
+                [(scores, labels), (on_second, second[1])], TARGET_PRECISION, z=[args.lower_z, 0]
+            )
             report["pool_second_check"] = figures(on_second, second[1], cut)
             report["second_check_rows"] = Path(args.second).name
         else:
-            cut = threshold_for(scores, labels, TARGET_PRECISION)
+            cut = threshold_for_all([(scores, labels)], TARGET_PRECISION, z=[args.lower_z])
         report[f"{kind}_out_of_fold"] = figures(scores, labels, cut)
         curves[f"{kind} (out of fold)"] = (scores, labels)
         print(f"{kind}: {report[f'{kind}_out_of_fold']}")
@@ -404,6 +408,9 @@ def main() -> None:
     f.add_argument("--features", choices=sorted(FEATURE_SETS), default="pool")
     f.add_argument("--second", default="", help="spider-train-val's rows (rule 20's threshold)")
     f.add_argument("--extra", nargs="*", default=[], help="more rows fitted on (rule 35)")
+    f.add_argument(
+        "--lower-z", type=float, default=0.0, help="rule 40: the threshold's Wilson bound's z"
+    )
     f.set_defaults(func=cmd_fit)
     m = sub.add_parser(
         "compare", help="rules 20, 28, 30, 32, 33, 34: C1 against a candidate feature set"

@@ -278,18 +278,50 @@ def threshold_for(scores: Sequence[float], labels: Sequence[bool], target: float
     return threshold_for_all([(scores, labels)], target)
 
 
+def wilson_lower(right: float, n: int, z: float) -> float:
+    """The Wilson score interval's lower end for ``right`` successes out of ``n`` at normal
+    quantile ``z`` (1.645: one-sided 95 %); ``z`` = 0 gives the share itself, and no answers
+    give 1.0 (nothing above a cut is wrong). Wilson rather than the normal approximation: the
+    shares here sit near 90 %, where that one is too wide on one side and too narrow on the
+    other."""
+    if n <= 0:
+        return 1.0
+    share = right / n
+    if z == 0:
+        return share
+    z2 = z * z
+    centre = share + z2 / (2 * n)
+    spread = z * math.sqrt(share * (1 - share) / n + z2 / (4 * n * n))
+    return (centre - spread) / (1 + z2 / n)
+
+
 def threshold_for_all(
-    sets: Sequence[tuple[Sequence[float], Sequence[bool]]], target: float
+    sets: Sequence[tuple[Sequence[float], Sequence[bool]]],
+    target: float,
+    z: Sequence[float] | None = None,
 ) -> float:
     """The lowest confidence whose answers at or above it are right at least ``target`` of the
     time in **every** ``(scores, labels)`` set (a set with none above counts as right; 1.0 when
-    no cut holds everywhere): rule 20 asks it of the decision set and spider-train-val."""
+    no cut holds everywhere): rule 20 asks it of the decision set and spider-train-val.
+
+    ``z``, one per set, asks instead that the Wilson lower bound at that quantile
+    (:func:`wilson_lower`) reach ``target`` there: rule 40 asks the one-sided 95 % bound
+    (1.645) of the decision set and the share itself (0) of spider-train-val, so the cut holds
+    with confidence on the many answers rather than at the edge."""
     import numpy as np
 
     arrays = [(np.asarray(s, dtype=float), np.asarray(y, dtype=float)) for s, y in sets]
+    quantiles = list(z) if z is not None else [0.0] * len(arrays)
+    if len(quantiles) != len(arrays):
+        raise ValueError(f"z has {len(quantiles)} values for {len(arrays)} sets")
+
+    def holds(t: float, s: Any, y: Any, q: float) -> bool:
+        above = s >= t
+        return wilson_lower(float(y[above].sum()), int(above.sum()), q) >= target - 1e-12
+
     # ascending: the first cut that holds everywhere keeps the most answers
     for t in np.unique(np.concatenate([s for s, _ in arrays])):
-        if all(not (s >= t).any() or y[s >= t].mean() >= target for s, y in arrays):
+        if all(holds(t, s, y, q) for (s, y), q in zip(arrays, quantiles, strict=True)):
             return float(t)
     return 1.0
 

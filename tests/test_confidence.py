@@ -20,6 +20,7 @@ from sqlweave.confidence import (
     packaged_calibrators,
     packaged_threshold,
     threshold_for_all,
+    wilson_lower,
 )
 from sqlweave.db import Database
 from sqlweave.programs.stages.confidence import assess, evidence, record_confidence, sql_shape
@@ -109,6 +110,32 @@ def test_threshold_for_all_holds_on_every_set() -> None:
     assert threshold_for_all([first], 0.9) == 0.6
     assert threshold_for_all([first, second], 0.9) == 0.9
     assert threshold_for_all([([0.5], [False])], 0.9) == 1.0
+
+
+def test_wilson_lower_bound_matches_the_textbook_figure_and_its_edges() -> None:
+    """45 right of 50 at z = 1.96: Wilson's interval is [0.786, 0.957]; z = 0 is the share;
+    no answers give 1.0 (nothing above the cut is wrong)."""
+    assert wilson_lower(45, 50, 1.96) == pytest.approx(0.7864, abs=1e-4)
+    assert wilson_lower(45, 50, 0) == pytest.approx(0.9)
+    assert wilson_lower(0, 0, 1.645) == 1.0
+    assert wilson_lower(50, 50, 1.645) < 1.0
+
+
+def test_threshold_with_a_lower_bound_climbs_until_the_bound_holds() -> None:
+    """Rule 40: a share of exactly 90 % is enough as a point estimate but not with 95 %
+    confidence; the bound asks for a higher cut, where the answers kept are surer; the bound
+    is asked of the first set only, the second keeps the plain share."""
+    scores = [i / 100 for i in range(100)]
+    labels = [i >= 20 for i in range(100)]  # the 20 lowest wrong: 80 of 88 above 0.12
+    point = threshold_for_all([(scores, labels)], 0.9)
+    bound = threshold_for_all([(scores, labels)], 0.9, z=[1.645])
+    assert point < bound < 1.0
+    above = [y for s, y in zip(scores, labels, strict=True) if s >= bound]
+    assert wilson_lower(sum(above), len(above), 1.645) >= 0.9
+    second = ([0.99], [False])
+    assert threshold_for_all([(scores, labels), second], 0.9, z=[1.645, 0]) == 1.0
+    with pytest.raises(ValueError, match="z has 1 values for 2 sets"):
+        threshold_for_all([(scores, labels), second], 0.9, z=[1.645])
 
 
 def test_consistency_tells_a_calibrated_model_from_an_overconfident_one() -> None:
