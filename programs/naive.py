@@ -63,6 +63,11 @@ class NaiveSQL(SQLProgram):
     name = "naive"
     ABLATIONS = {"full": {}}
 
+    def __init__(self) -> None:
+        """No switches: the reference prompt is fixed, so ``--set sampels=4`` (or any other) is
+        an unknown-switch error rather than a value stored and never read."""
+        super().__init__()
+
     def answer(self, *, question: str, db: Database, evidence: str) -> dspy.Prediction:
         lm = dspy.settings.lm
         if lm is None:

@@ -203,6 +203,19 @@ def test_typed_switches(lm: dict, demo_concert_db: Path, switch: str, expected: 
     )
 
 
+def test_naive_takes_no_switches(lm: dict, demo_concert_db: Path) -> None:
+    """The reference prompt has none: a typo'd switch is refused, not stored and ignored."""
+    from sqlweave import programs
+
+    one_line_error(
+        ["ask", "How many?", "--db", str(demo_concert_db), "-p", "naive", "--set", "sampels=4"],
+        "unknown switch 'sampels' for program naive; its switches: none",
+    )
+    with pytest.raises(TypeError, match="sampels"):
+        programs.get("naive", sampels=4)
+    assert programs.get("naive").switches == {}
+
+
 def test_switches_are_converted_to_their_declared_type() -> None:
     from sqlweave.cli import typed_switches
 
