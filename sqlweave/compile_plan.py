@@ -369,7 +369,7 @@ class Compile:
 
         plan = self.plan
         synthetic = self._synthesize() if self.databases else None
-        _check_databases([*self.trainset, *(self.valset or [])])
+        check_databases([*self.trainset, *(self.valset or [])])
         outcome = run_optimizer(
             self.student, self.trainset, self.valset, **self._optimizer_kwargs()
         )
@@ -458,9 +458,10 @@ class Compile:
         )
 
 
-def _check_databases(examples: Sequence[dspy.Example]) -> None:
-    """Every database the compile's questions name opens, before any LM call: one that does
-    not would score each of its questions as a miss, and the compile would choose on zeros."""
+def check_databases(examples: Sequence[dspy.Example]) -> None:
+    """Every database the questions name opens, before any LM call: one that does not would
+    score each of its questions as a miss, and a compile would choose on zeros (``evaluate``'s
+    command asks the same of its questions: a run of misses that exits 0 reads as a score)."""
     from sqlweave.data import DataError, open_database
     from sqlweave.db import ExecutionError
     from sqlweave.synthesis.sets import redact

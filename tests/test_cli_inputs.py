@@ -130,3 +130,18 @@ def test_a_number_of_samples_that_never_finishes_is_refused(program: str) -> Non
         get(program, samples=10**20)
     args = ["ask", "How many singers?", "--db", str(DEMO_CONCERT_DB), "-p", program]
     _clean(runner.invoke(app, [*args, "--set", "samples=100000000", *DEAD]))
+
+
+def test_evaluate_refuses_a_questions_file_whose_database_does_not_open(tmp_path: Path) -> None:
+    """Each question would otherwise be a flagged miss and the run exit 0 with EX 0.0, which
+    reads as a score; the model is not loaded (the endpoint here is dead)."""
+    broken = tmp_path / "shop.sqlite"
+    broken.write_bytes(b"this is no database" * 100)
+    item = {"question": "How many?", "query": "SELECT 1", "db_path": str(broken)}
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps(item) + "\n")
+    out = tmp_path / "run.jsonl"
+    result = runner.invoke(app, ["evaluate", "-d", str(questions), "--out", str(out), *DEAD])
+    _clean(result)
+    assert "does not open" in result.output and "shop.sqlite" in result.output
+    assert not out.exists() or not out.read_text()

@@ -106,6 +106,7 @@ def evaluate(
     if threads < 1:
         fail(f"--threads must be at least 1, not {threads}")
     examples, tag = _examples(slice_, dataset, split, n, seed, data_root)
+    _check_databases(examples)
     base_records = _baseline_records(baseline)
     prog, name = program_from(program, set_ or [], preset)
     identity = run_identity(program or name, prog, model, api_base)
@@ -133,6 +134,17 @@ def _examples(
     examples = load_examples(dataset, split, data_root)
     examples = eval_slice(examples, n=n or None, seed=seed)
     return examples, f"{Path(dataset).stem}-{split}-n{len(examples)}"
+
+
+def _check_databases(examples: list[Any]) -> None:
+    """Every database the questions name opens, before the model loads (one line otherwise)."""
+    from sqlweave.compile_plan import check_databases
+    from sqlweave.data import DataError
+
+    try:
+        check_databases(examples)
+    except DataError as err:
+        fail(str(err))
 
 
 def _baseline_records(baseline: Path | None) -> list[dict[str, Any]] | None:
