@@ -156,10 +156,14 @@ class _Bm25:
     """bm25s over pre-tokenised documents; the query loses English stopwords first."""
 
     def __init__(self, docs: Sequence[str]) -> None:
-        self._model = bm25s.BM25()
-        self._model.index([_tokens(d) or ["_"] for d in docs], show_progress=False)
+        # bm25s cannot index no documents (a database with no tables): such an index scores none
+        self._model = bm25s.BM25() if docs else None
+        if self._model is not None:
+            self._model.index([_tokens(d) or ["_"] for d in docs], show_progress=False)
 
     def scores(self, query: str, n: int) -> np.ndarray:
+        if self._model is None:
+            return np.zeros(n, dtype=np.float64)
         terms = [t for t in _tokens(query) if t not in _STOPWORDS]
         ids = self._model.get_tokens_ids(terms) if terms else []
         if not ids:
@@ -178,9 +182,12 @@ def _rrf(scores: np.ndarray) -> np.ndarray:
 
 
 def _fk_neighbours(schema: Schema) -> dict[str, set[str]]:
+    """Each table's foreign-key neighbours; a key naming no table of the schema (a schema built
+    by hand, or an engine that keeps such keys) joins nothing."""
     graph: dict[str, set[str]] = defaultdict(set)
+    tables = set(schema.table_names)
     for fk in schema.foreign_keys:
-        if fk.table != fk.ref_table:
+        if fk.table != fk.ref_table and fk.table in tables and fk.ref_table in tables:
             graph[fk.table].add(fk.ref_table)
             graph[fk.ref_table].add(fk.table)
     return graph
@@ -497,6 +504,8 @@ def narrow(
     from sqlweave.values import ValueIndex
 
     index = schema_index(db)
+    if not index.schema.tables:  # nothing to narrow, and BM25 cannot index no documents
+        return db
     try:
         mentioned = ValueIndex.build(db).mentioned(question, limit=20)
     except Exception as err:  # noqa: BLE001 - values are a hint; a failing scan must not stop us

@@ -101,3 +101,33 @@ def test_every_program_answers_on_a_thousand_tables_within_the_window(big_db, pr
     assert out.sql
     longest = max(len(str(call["messages"])) for call in lm.history)
     assert longest / 3.0 < 8192  # the default window, at a conservative 3 characters per token
+
+
+def _db(tmp_path: Path, script: str) -> Database:
+    path = tmp_path / "odd.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(script)
+    return Database.open(path)
+
+
+def test_a_foreign_key_in_other_letters_or_to_no_table_narrows(tmp_path: Path) -> None:
+    """SQLite matches a key's table without regard to case and keeps a key to a missing table:
+    the schema names the real table, drops the dangling key, and narrowing does not fail."""
+    db = _db(
+        tmp_path,
+        "CREATE TABLE student(id INTEGER PRIMARY KEY, name TEXT);"
+        "CREATE TABLE enrolment(sid INTEGER REFERENCES STUDENT(id), course TEXT,"
+        " tid INTEGER REFERENCES teacher(id));"
+        "CREATE TABLE grade(sid INTEGER REFERENCES Student, mark INTEGER);",
+    )
+    keys = {
+        (fk.table, fk.column, fk.ref_table, fk.ref_column) for fk in introspect(db).foreign_keys
+    }
+    assert keys == {("enrolment", "sid", "student", "id"), ("grade", "sid", "student", "id")}
+    narrowed = narrow(db, "which course is Ann in", mode="on")
+    assert "enrolment" in native_ddl(narrowed)
+
+
+def test_narrowing_a_database_with_no_tables_leaves_it_as_it_is(tmp_path: Path) -> None:
+    db = _db(tmp_path, "CREATE VIEW v AS SELECT 1 AS one;")
+    assert narrow(db, "how many?", mode="on") is db

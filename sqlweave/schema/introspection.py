@@ -117,6 +117,9 @@ def _introspect(
     tables: list[Table] = []
     foreign_keys: list[ForeignKey] = []
     pk_of = {name: pk for name, _, pk, _ in raw_tables}
+    # SQLite matches a foreign key's table without regard to case, and keeps one that names no
+    # table at all: the schema keeps the table's own spelling, and drops a key to nothing.
+    real_name = {name.lower(): name for name, _, _, _ in raw_tables}
     for name, raw_columns, pk, raw_fks in raw_tables:
         table_desc = descriptions.get(name.lower(), {})
         columns = []
@@ -137,7 +140,11 @@ def _introspect(
             )
         rows = _sample_rows(db, name, [c.name for c in columns], sample_rows) if sample_rows else []
         tables.append(Table(name=name, columns=columns, primary_key=list(pk), sample_rows=rows))
-        for cols, ref_table, ref_cols in raw_fks:
+        for cols, written, ref_cols in raw_fks:
+            ref_table = real_name.get(written.lower())
+            if ref_table is None:
+                logger.debug("%s: a foreign key of %s names no table (%s)", db.name, name, written)
+                continue
             # `REFERENCES t` without columns means t's primary key.
             ref_cols = ref_cols or pk_of.get(ref_table, [])
             for col, ref_col in zip(cols, ref_cols, strict=False):
