@@ -58,18 +58,28 @@ def to_real(sql: str, aliases: Mapping[str, str], dialect: str = "sqlite") -> st
         if table.args.get("db") or name in ctes or name not in aliases:
             continue
         if not table.alias:
-            table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
+            # the short name as written, quotes kept: `"order"` must not become `AS order`
+            table.set("alias", exp.TableAlias(this=table.this.copy()))
         table.set("this", exp.to_identifier(aliases[name], quoted=True))
         changed = True
     return tree.sql(dialect=dialect) if changed else sql
 
 
-def ddl_with_short_names(ddl: str, display: Mapping[str, str]) -> str:
+def ddl_with_short_names(ddl: str, display: Mapping[str, str], dialect: str = "sqlite") -> str:
     """CREATE TABLE text with each real table name (``display``: real, lower-cased -> short)
-    written as its short name, quoted or not."""
+    written as its short name, quoted as the original was; a bare original whose short name
+    cannot stand bare (``shop__order`` shown as ``order``) is quoted as SQL must write it."""
+    from sqlweave.schema.render import ident
+
     for real, short in display.items():
         pattern = re.compile(
             r"(?<![\w\"`\[])([\"`\[]?)" + re.escape(real) + r"([\"`\]]?)(?![\w])", re.IGNORECASE
         )
-        ddl = pattern.sub(lambda m, s=short: f"{m.group(1)}{s}{m.group(2)}", ddl)
+
+        def written(m: re.Match[str], s: str = short) -> str:
+            if not m.group(1) and not m.group(2):
+                return ident(s, dialect)
+            return f"{m.group(1)}{s}{m.group(2)}"
+
+        ddl = pattern.sub(written, ddl)
     return ddl

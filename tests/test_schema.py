@@ -454,6 +454,30 @@ def test_ident_writes_every_keyword_so_sqlite_and_duckdb_read_it() -> None:
     assert _sweep(duckdb.connect().execute) == []
 
 
+@pytest.mark.parametrize("dialect", ["sqlite", "duckdb", "postgres"])
+def test_ident_writes_every_keyword_so_the_read_only_check_reads_it(dialect: str) -> None:
+    """sqlglot reads every query before it runs: a name the prompt shows bare must parse there
+    too (``if``, ``xor``, ``cube``, DuckDB's ``map`` did not), keywords with an underscore
+    (``partitioned_by``) included."""
+    from sqlglot.dialects.dialect import Dialect
+
+    from sqlweave.db.policy import ensure_read_only
+
+    tokenizer = Dialect.get_or_raise(dialect).tokenizer_class
+    words = set(_keywords()) | {
+        k.lower() for k in tokenizer.KEYWORDS if k.replace("_", "").isalpha()
+    }
+    broken = []
+    for word in sorted(words):
+        for name in (word, word.upper(), word.capitalize()):
+            i = ident(name, dialect)
+            try:
+                ensure_read_only(f"SELECT {i} FROM {i} WHERE {i} = 1 GROUP BY {i}", dialect)
+            except Exception:  # noqa: BLE001 - any refusal: the name broke the reading
+                broken.append(name)
+    assert broken == []
+
+
 @pytest.mark.postgres
 def test_ident_writes_every_keyword_so_postgres_reads_it(pg_engine: Any) -> None:
     with pg_engine.connect() as conn:

@@ -69,6 +69,30 @@ def test_sql_with_short_names_is_mapped_to_real_ones():
     )
 
 
+def test_a_short_name_that_is_a_keyword_is_quoted_in_sql_and_in_the_ddl(tmp_path):
+    """``shop__order`` shown as ``order``: SQL written with ``"order"`` keeps its quotes as the
+    alias, and the DDL the model reads quotes the name as SQL must write it."""
+    aliases = {"order": "shop__order", "group": "shop__group"}
+    assert to_real('SELECT "order".total FROM "order"', aliases) == (
+        'SELECT "order".total FROM "shop__order" AS "order"'
+    )
+    assert to_real('SELECT "Group".x FROM "Group"', aliases).endswith('AS "Group"')
+    ddl = "CREATE TABLE shop__order (id INTEGER, g INTEGER REFERENCES shop__group(id))"
+    assert ddl_with_short_names(ddl, {"shop__order": "order", "shop__group": "group"}) == (
+        'CREATE TABLE "order" (id INTEGER, g INTEGER REFERENCES "group"(id))'
+    )
+    path = tmp_path / "shop.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            "CREATE TABLE shop__order (id INTEGER PRIMARY KEY, total REAL);"
+            "CREATE TABLE shop__group (id INTEGER PRIMARY KEY);"
+            "INSERT INTO shop__order VALUES (1, 9.5);"
+        )
+    view = scoped(Database.open(path), ["shop__order", "shop__group"], short=True)
+    assert 'CREATE TABLE "order"' in native_ddl(view)
+    assert view.execute('SELECT "order".total FROM "order"').rows == ((9.5,),)
+
+
 def test_a_view_of_one_namespace_reads_and_runs_under_short_names(namespaced):
     db = Database.open(namespaced)
     view = scoped(db, SHOP, short=True)
