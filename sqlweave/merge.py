@@ -57,7 +57,7 @@ class MergedDatabase:
 
 def _tables(conn: sqlite3.Connection) -> list[str]:
     rows = conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' "
         "ORDER BY rowid"
     ).fetchall()
     return [r[0] for r in rows]
@@ -136,7 +136,7 @@ def merge_databases(sources: Mapping[str, str | Path], out: str | Path) -> Merge
                 merged.execute("ATTACH DATABASE ? AS src", (str(copy),))
                 objects = merged.execute(
                     "SELECT type, name, sql FROM src.sqlite_master "
-                    "WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
+                    "WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY rowid"
                 ).fetchall()
                 for kind, name, sql in objects:
                     if kind == "table":

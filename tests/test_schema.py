@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from conftest import duckdb_url, pg_schema
 
-from sqlweave.db import Database
+from sqlweave.db import Database, ExecutionError
 from sqlweave.schema import (
     Schema,
     clear_cache,
     introspect,
+    native_ddl,
     render_columns,
     render_compact,
     render_ddl,
@@ -512,3 +513,40 @@ def test_spider_names_with_spaces_are_quoted(data_root: Path) -> None:
     conn = sqlite3.connect(":memory:")
     conn.executescript(ddl)
     conn.close()
+
+
+def test_a_full_text_table_is_introspected_and_queried(tmp_path: Path) -> None:
+    """An FTS5 table declares its columns through SQLite's schema parser and reads PRAGMA
+    data_version when it opens: introspection and a query by the model both work; a table
+    whose name only starts with "sqlite" is no internal table and stays in the DDL."""
+    path = tmp_path / "fts.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            "CREATE VIRTUAL TABLE docs USING fts5(title, body);"
+            "INSERT INTO docs VALUES ('a', 'hello world');"
+            "CREATE TABLE sqlitedata (y INTEGER);"
+        )
+    db = Database.open(path)
+    schema = introspect(db)
+    assert {"docs", "sqlitedata"} <= set(schema.table_names)
+    assert "CREATE TABLE sqlitedata" in native_ddl(db)
+    assert db.execute("SELECT title FROM docs WHERE docs MATCH 'hello'").rows == (("a",),)
+    from sqlweave.db.sqlite import _untrusted_authorizer
+
+    # reading that one pragma, yes; setting it, or reading another, never
+    pragma = sqlite3.SQLITE_PRAGMA
+    assert _untrusted_authorizer(pragma, "data_version", None, "main", None) == sqlite3.SQLITE_OK
+    assert _untrusted_authorizer(pragma, "data_version", "3", "main", None) == sqlite3.SQLITE_DENY
+    assert _untrusted_authorizer(pragma, "user_version", None, "main", None) == sqlite3.SQLITE_DENY
+
+
+def test_a_catalog_that_cannot_be_read_is_an_execution_error(tmp_path: Path) -> None:
+    path = tmp_path / "nomodule.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            "CREATE TABLE t (x INTEGER); PRAGMA writable_schema = ON;"
+            "INSERT INTO sqlite_master VALUES "
+            "('table', 'v', 'v', 0, 'CREATE VIRTUAL TABLE v USING nosuchmodule()');"
+        )
+    with pytest.raises(ExecutionError, match="cannot read the tables of nomodule"):
+        introspect(Database.open(path))

@@ -101,8 +101,17 @@ class Database:
         return self.backend.open_connections
 
     def reflect(self) -> list[RawTable]:
-        """Every table of the whole database from the engine's catalog (trusted introspection)."""
-        return self.backend.reflect()
+        """Every table of the whole database from the engine's catalog (trusted introspection).
+
+        A catalog the driver cannot read (a virtual table whose module is missing, a server
+        gone) is an :class:`ExecutionError` naming the database, not the driver's own error."""
+        try:
+            return self.backend.reflect()
+        except sa.exc.SQLAlchemyError as err:
+            cause = getattr(err, "orig", None) or err
+            raise ExecutionError(
+                "connection", f"cannot read the tables of {self.name}: {first_line(str(cause))}"
+            ) from err
 
     # -- views -------------------------------------------------------------------------------------
 

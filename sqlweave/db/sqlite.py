@@ -56,17 +56,26 @@ _SQLITE_ALLOWED_ACTIONS = frozenset(
     }
 )
 _SQLITE_SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema"})
+#: PRAGMAs an untrusted query may read (never set): a full-text (FTS5) table reads
+#: ``data_version`` each time it opens, and it tells nothing but whether the file changed.
+_SQLITE_READ_PRAGMAS = frozenset({"data_version"})
+
+
+def _schema_declaration(action: int, table: str | None, db_name: Any) -> bool:
+    """A virtual table (json_each, an FTS5 table) declaring its columns: SQLite's CREATE TABLE
+    parser asks to update the schema table for it. No write can follow: the file is opened
+    mode=ro, writable_schema stays off (PRAGMA is denied) and layer 1 refuses UPDATE."""
+    return action == sqlite3.SQLITE_UPDATE and table in _SQLITE_SCHEMA_TABLES and db_name == "main"
 
 
 def _untrusted_authorizer(
     action: int, arg1: str | None, arg2: str | None, db_name: Any, _trigger: Any
 ) -> int:
     """Allow only reads and harmless function calls; deny writes, ATTACH, PRAGMA and the rest."""
-    if action == sqlite3.SQLITE_UPDATE and arg1 in _SQLITE_SCHEMA_TABLES and db_name == "main":
-        # An eponymous virtual table (json_each, json_tree) declares its columns through
-        # SQLite's CREATE TABLE parser, which asks for this. No write can follow: the file is
-        # opened mode=ro, writable_schema stays off (PRAGMA is denied) and layer 1 refuses UPDATE.
+    if _schema_declaration(action, arg1, db_name):
         return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _SQLITE_READ_PRAGMAS:
+        return sqlite3.SQLITE_OK if arg2 is None else sqlite3.SQLITE_DENY
     if action not in _SQLITE_ALLOWED_ACTIONS:
         return sqlite3.SQLITE_DENY
     if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _SQLITE_FORBIDDEN_FUNCTIONS:
@@ -89,6 +98,8 @@ def _introspection_authorizer(
     action: int, arg1: str | None, arg2: str | None, _db: Any, _t: Any
 ) -> int:
     """Trusted introspection may use PRAGMA, but still never writes or attaches."""
+    if _schema_declaration(action, arg1, _db):
+        return sqlite3.SQLITE_OK
     if action in _SQLITE_WRITE_ACTIONS:
         return sqlite3.SQLITE_DENY
     if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _SQLITE_FORBIDDEN_FUNCTIONS:
@@ -220,7 +231,7 @@ class SQLiteEngine(Engine):
     dialect = "sqlite"
     ddl_query = (
         "SELECT sql, name FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL "
-        "AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
+        "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY rowid"
     )
 
     def __init__(
