@@ -491,3 +491,39 @@ def test_semantics_names():
     assert set(SEMANTICS) == {"official-spider", "official-bird", "strict-spider", "strict-bird"}
     with pytest.raises(ValueError, match="strict-bird"):
         resolve_semantics("exact")
+
+
+def test_columns_that_all_look_alike_are_pre_checked_before_any_arrangement(monkeypatch) -> None:
+    """Ten 0/1 columns allow 10! arrangements: the official pre-check (rows with their values
+    sorted) rejects these rows first, so no arrangement is tried (seconds to hours before)."""
+    from sqlweave import metrics
+
+    gold = [tuple((i + j) % 2 for j in range(10)) for i in range(2)]
+    pred = [tuple(i for _ in range(10)) for i in range(2)]
+
+    def no_search(_candidates):
+        raise AssertionError("searched the arrangements")
+
+    monkeypatch.setattr(metrics, "_column_permutations", no_search)
+    assert not metrics.results_match(pred, gold, "spider")
+
+
+def test_the_pre_check_first_gives_the_official_verdicts() -> None:
+    """Random small results with many interchangeable columns: the same verdict as the
+    official evaluator, whichever way the search runs."""
+    import random
+
+    from sqlweave.official import result_eq
+
+    rng = random.Random(0)
+    for _ in range(300):
+        ncols, nrows = rng.randint(4, 6), rng.randint(1, 4)
+        gold = [tuple(rng.randint(0, 1) for _ in range(ncols)) for _ in range(nrows)]
+        pred = (
+            [tuple(rng.sample(row, len(row))) for row in gold]
+            if rng.random() < 0.5
+            else [tuple(rng.randint(0, 1) for _ in range(ncols)) for _ in range(nrows)]
+        )
+        for ordered in (False, True):
+            expected = result_eq(gold, pred, ordered, random.Random(1))
+            assert results_match(pred, gold, "spider", ordered=ordered) == expected
