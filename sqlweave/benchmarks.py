@@ -120,6 +120,8 @@ def _read_json_list(path: Path) -> list[dict[str, Any]]:
         raise DataError(path, f"not UTF-8 text ({err.reason} at byte {err.start})") from err
     except json.JSONDecodeError as err:
         raise DataError(path, f"invalid JSON at line {err.lineno}, column {err.colno}") from err
+    except RecursionError as err:
+        raise DataError(path, "invalid JSON: nested too deeply") from err
     if not isinstance(items, list):
         raise DataError(path, f"expected a JSON list of questions, got {type(items).__name__}")
     for i, item in enumerate(items):
@@ -128,16 +130,22 @@ def _read_json_list(path: Path) -> list[dict[str, Any]]:
     return items
 
 
-def _field(path: Path, i: int, item: dict[str, Any], *names: str) -> str:
+def _item(i: int | str) -> str:
+    """Where an item stands, as a message names it: ``item 3`` in a JSON list, or the label its
+    reader gave it (``line 5`` of a JSON Lines file, blank lines counted)."""
+    return i if isinstance(i, str) else f"item {i}"
+
+
+def _field(path: Path, i: int | str, item: dict[str, Any], *names: str) -> str:
     """:func:`_text`, required: an item that gives none of ``names`` is the file's mistake."""
     value = _text(path, i, item, *names)
     if value is None:
         wanted = " or ".join(repr(n) for n in names)
-        raise DataError(path, f"item {i} has no string field {wanted}")
+        raise DataError(path, f"{_item(i)} has no string field {wanted}")
     return value
 
 
-def _text(path: Path, i: int, item: dict[str, Any], *names: str) -> str | None:
+def _text(path: Path, i: int | str, item: dict[str, Any], *names: str) -> str | None:
     """The first of ``names`` that item ``i`` gives (not null), which must be text: a number or
     an object where a path, a query or an id belongs is the file's mistake, said as one."""
     for name in names:
@@ -146,7 +154,8 @@ def _text(path: Path, i: int, item: dict[str, Any], *names: str) -> str | None:
             continue
         if not isinstance(value, str):
             raise DataError(
-                path, f"item {i}: {name!r} must be a string, not {type(value).__name__} {value!r}"
+                path,
+                f"{_item(i)}: {name!r} must be a string, not {type(value).__name__} {value!r}",
             )
         return value
     return None
@@ -326,27 +335,33 @@ def load_questions(
         raise DataError(path, "file not found") from err
     except UnicodeDecodeError as err:
         raise DataError(path, f"not UTF-8 text ({err.reason} at byte {err.start})") from err
-    items = _parse_question_text(path, text)
     examples = []
-    for i, item in enumerate(items):
-        question = _field(path, i, item, "question")
+    first_of: dict[str, str] = {}  # question id -> where it first stands
+    for i, (at, item) in enumerate(_parse_question_text(path, text)):
+        question = _field(path, at, item, "question")
         if not question.strip():
-            raise DataError(path, f"item {i}: the question is empty")
+            raise DataError(path, f"{_item(at)}: the question is empty")
         qid = item.get("question_id")
         if qid is not None and (isinstance(qid, bool) or not isinstance(qid, str | int)):
-            raise DataError(path, f"item {i}: 'question_id' must be a string or a number")
-        db_file, db_id = _database_of(path, i, item, db_root)
-        gold = _text(path, i, item, "gold_sql", "sql", "SQL", "query") or ""
-        difficulty = _text(path, i, item, "difficulty") or (_hardness(gold) if gold else "unknown")
+            raise DataError(path, f"{_item(at)}: 'question_id' must be a string or a number")
+        question_id = str(f"{path.stem}_{i}" if qid is None else qid)
+        if question_id in first_of:  # records are keyed by it: two would overwrite each other
+            raise DataError(
+                path, f"{_item(at)}: question_id {question_id!r} repeats {first_of[question_id]}"
+            )
+        first_of[question_id] = _item(at)
+        db_file, db_id = _database_of(path, at, item, db_root)
+        gold = _text(path, at, item, "gold_sql", "sql", "SQL", "query") or ""
+        difficulty = _text(path, at, item, "difficulty") or (_hardness(gold) if gold else "unknown")
         examples.append(
             _make_example(
                 question=question,
                 db_id=str(db_id),
-                evidence=_text(path, i, item, "evidence") or "",
+                evidence=_text(path, at, item, "evidence") or "",
                 db_path=db_file,
                 gold_sql=gold,
                 difficulty=str(difficulty),
-                question_id=str(f"{path.stem}_{i}" if qid is None else qid),
+                question_id=question_id,
                 source=str(item.get("source", source)),
                 split=str(item.get("split", "user")),
             )
@@ -366,7 +381,7 @@ def url_name(url: str) -> str:
 
 
 def _database_of(
-    path: Path, i: int, item: dict[str, Any], db_root: str | Path | None
+    path: Path, i: int | str, item: dict[str, Any], db_root: str | Path | None
 ) -> tuple[str, str]:
     """Item ``i``'s database (``db_path``: a SQLite file, relative to the questions file, or a
     URL, as synthesized pairs of a server's database name it; else ``db_id`` found on disk) and
@@ -383,40 +398,57 @@ def _database_of(
     elif db_id:
         db_file = _find_db(str(db_id), db_root, path, i)
     else:
-        raise DataError(path, f"item {i} needs 'db_id' or 'db_path'")
+        raise DataError(path, f"{_item(i)} needs 'db_id' or 'db_path'")
     if not file_exists(db_file):
-        raise DataError(path, f"item {i}: database file not found: {db_file}")
+        raise DataError(path, f"{_item(i)}: database file not found: {db_file}")
     return str(db_file), str(db_id)
 
 
-def _parse_question_text(path: Path, text: str) -> list[dict[str, Any]]:
+def _parse_question_text(path: Path, text: str) -> list[tuple[int | str, dict[str, Any]]]:
+    """Each item of a JSON list (labelled by its index) or of JSON Lines (by its line)."""
     stripped = text.lstrip()
     if stripped.startswith("["):
-        return _read_json_list(path)
-    items = []
+        return list(enumerate(_read_json_list(path)))
+    items: list[tuple[int | str, dict[str, Any]]] = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             item = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(path, f"line {lineno} is not valid JSON ({err.msg})") from err
+        except (json.JSONDecodeError, RecursionError) as err:
+            _not_json_lines(path, text)
+            why = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
+            raise DataError(path, f"line {lineno} is not valid JSON ({why})") from err
         if not isinstance(item, dict):
             raise DataError(path, f"line {lineno} is not a JSON object")
-        items.append(item)
+        items.append((f"line {lineno}", item))
     if not items:
         raise DataError(path, "no questions in file")
     return items
 
 
-def _find_db(db_id: str, db_root: str | Path | None, path: Path, i: int) -> Path:
+def _not_json_lines(path: Path, text: str) -> None:
+    """Say so when a file whose lines are no JSON is one JSON document of another shape (a
+    pretty-printed ``{"questions": [...]}``): its first line is then no error of its own."""
+    try:
+        whole = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return
+    raise DataError(
+        path,
+        f"expected a JSON list of questions or JSON Lines (one object per line), "
+        f"got one JSON {type(whole).__name__} over several lines",
+    )
+
+
+def _find_db(db_id: str, db_root: str | Path | None, path: Path, i: int | str) -> Path:
     if db_root is not None:
         return Path(db_root) / db_id / f"{db_id}.sqlite"
     try:
         return database_path(db_id)
     except DataError as err:
         raise DataError(
-            path, f"item {i}: database {db_id!r} not found; pass db_root= or give 'db_path'"
+            path, f"{_item(i)}: database {db_id!r} not found; pass db_root= or give 'db_path'"
         ) from err
 
 

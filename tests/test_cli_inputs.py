@@ -145,3 +145,35 @@ def test_evaluate_refuses_a_questions_file_whose_database_does_not_open(tmp_path
     _clean(result)
     assert "does not open" in result.output and "shop.sqlite" in result.output
     assert not out.exists() or not out.read_text()
+
+
+def test_a_questions_file_says_which_line_repeats_an_id_or_is_no_list(tmp_path: Path) -> None:
+    """Found by review: a repeated id surfaced after the model loaded, naming no file; a
+    pretty-printed JSON object read as 'line 1 is not valid JSON'; JSON Lines errors named
+    0-based items instead of lines; deep nesting raised RecursionError."""
+    from sqlweave.benchmarks import load_questions
+    from sqlweave.data import DataError
+
+    def item(**extra: object) -> str:
+        return json.dumps({"question": "How many?", "db_path": str(DEMO_CONCERT_DB), **extra})
+
+    cases = {
+        "dup.jsonl": (
+            f"{item(question_id='a')}\n\n{item(question_id='a')}\n",
+            "line 3: .*'a' repeats line 1",
+        ),
+        "mixed.jsonl": (f"{item(question_id=1)}\n{item(question_id='1')}\n", "'1' repeats line 1"),
+        "object.json": (json.dumps({"questions": []}, indent=1), "got one JSON dict over several"),
+        "field.jsonl": (f"{item()}\n\n\n" + json.dumps({"question": "x"}) + "\n", "line 4 needs"),
+        "deep.jsonl": ('{"q": ' + "[" * 100_000, "line 1 .*nested too deeply"),
+        "deep.json": ("[" * 100_000, "nested too deeply"),
+    }
+    for name, (text, message) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(DataError, match=message):
+            load_questions(path)
+    listed = tmp_path / "listed.json"
+    listed.write_text(json.dumps([json.loads(item()), {"question": "x"}]))
+    with pytest.raises(DataError, match="item 1 needs"):
+        load_questions(listed)
