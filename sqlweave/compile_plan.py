@@ -33,9 +33,11 @@ read and split, the databases opened), so a front end fails before a model loads
 from __future__ import annotations
 
 import logging
+import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
@@ -198,10 +200,11 @@ class CompilePlan:
 
     def build(self) -> Compile:
         """The compile resolved: arguments checked, program built, data read and split,
-        databases opened; no LM call. Raises ``ValueError`` (a
-        :class:`~sqlweave.data.DataError` for data) naming what is wrong."""
+        databases opened; no LM call. Raises ``TypeError`` for a setting of the wrong type,
+        ``ValueError`` (a :class:`~sqlweave.data.DataError` for data) naming what is wrong."""
         from sqlweave.examples import as_examples
 
+        self._check_types()
         self._check_sources()
         given_val = None if self.valset is None or isinstance(self.valset, Named) else self.valset
         if given_val is not None:
@@ -223,8 +226,23 @@ class CompilePlan:
             built.databases = open_databases(self.db)
         else:
             built.trainset, built.valset, built.how = self._labelled(n_val, given_val)
+        # before the model loads: a database that does not open is the data's mistake
+        check_databases([*built.trainset, *(built.valset or [])])
         self._check_proposer()
         return built
+
+    def _check_types(self) -> None:
+        """Each scalar setting of the type it must have (a bool is no number here): a compile
+        given ``budget="5"`` or ``optimizer=None`` stops with one line naming the argument,
+        not with a traceback from inside the optimizer minutes later."""
+        for name, kinds, what in _SETTING_TYPES:
+            value = getattr(self, name)
+            if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+                raise TypeError(f"compile: {name} must be {what}, not {value!r}")
+        if self.metric is not None and not callable(self.metric):
+            raise TypeError(f"compile: metric must be a function or None, not {self.metric!r}")
+        if self.candidates < 1:
+            raise ValueError(f"compile: candidates must be at least 1, not {self.candidates}")
 
     def _check_sources(self) -> None:
         """Train data or ``db`` with ``synthesize``, never both."""
@@ -456,6 +474,26 @@ class Compile:
                 **({"confidence": validation["refit"]} if validation["refit"] is not None else {}),
             },
         )
+
+
+#: CompilePlan's scalar settings: (name, the types it may take, how the error names them).
+_SETTING_TYPES: tuple[tuple[str, tuple[type, ...], str], ...] = (
+    ("preset", (str, type(None)), "a preset's name or None"),
+    ("optimizer", (str,), "an optimizer's name ('bootstrap', 'search+bootstrap', ...)"),
+    ("n_train", (Integral, type(None)), "a whole number or None"),
+    ("n_val", (Integral, type(None)), "a whole number or None"),
+    ("synthesize", (Integral, type(None)), "a whole number of pairs or None"),
+    ("synthetic_out", (str, os.PathLike, type(None)), "a path or None"),
+    ("synthesis_check", (bool, type(None)), "True, False or None"),
+    ("synthetic_val_fraction", (Real, type(None)), "a share between 0 and 1 or None"),
+    ("budget", (Integral, type(None)), "a whole number of LM calls or None"),
+    ("max_demos", (Integral,), "a whole number"),
+    ("seed", (Integral,), "a whole number"),
+    ("checkpoint", (str, os.PathLike, type(None)), "a path or None"),
+    ("progress", (bool,), "True or False"),
+    ("candidates", (Integral,), "a whole number"),
+    ("options", (dict,), "a dict of optimizer options"),
+)
 
 
 def check_databases(examples: Sequence[dspy.Example]) -> None:

@@ -160,3 +160,47 @@ def test_the_plan_passes_every_optimizer_setting_under_run_optimizers_own_names(
     }
     assert set(OPTIMIZER_FIELDS) == keyword_only
     assert set(OPTIMIZER_FIELDS) <= {f.name for f in dataclasses.fields(CompilePlan)}
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"budget": "5"}, "budget must be a whole number of LM calls or None, not '5'"),
+        ({"optimizer": None}, "optimizer must be an optimizer's name"),
+        ({"max_demos": 2.5}, "max_demos must be a whole number"),
+        ({"seed": True}, "seed must be a whole number, not True"),
+        ({"progress": "yes"}, "progress must be True or False"),
+        ({"checkpoint": 3}, "checkpoint must be a path or None"),
+        ({"options": [("n_trials", 2)]}, "options must be a dict"),
+        ({"metric": "ex"}, "metric must be a function or None"),
+    ],
+)
+def test_a_compile_setting_of_the_wrong_type_is_named_before_anything_runs(
+    setting: dict, message: str
+) -> None:
+    """Found by review: budget="5" or optimizer=None raised from inside the optimizer."""
+    import re
+
+    import sqlweave
+
+    if "options" in setting:  # the facade copies options into a dict; the plan checks it
+        from sqlweave.compile_plan import CompilePlan
+
+        with pytest.raises(TypeError, match=re.escape(message)):
+            CompilePlan("direct", trainset=[], **setting).build()
+        return
+    with pytest.raises(TypeError, match=re.escape(message)):
+        sqlweave.compile("direct", trainset=[], **setting)
+
+
+def test_build_opens_the_questions_databases_before_any_model(tmp_path) -> None:
+    """The command line builds the plan before it loads the model: a database that does not
+    open must fail there, not after a local model has loaded."""
+    from sqlweave.compile_plan import CompilePlan
+    from sqlweave.data import DataError
+
+    bad = tmp_path / "shop.sqlite"
+    bad.write_bytes(b"no database here" * 64)
+    train = [{"question": f"How many {i}?", "sql": "SELECT 1", "db": str(bad)} for i in range(3)]
+    with pytest.raises(DataError, match="does not open"):
+        CompilePlan("direct", trainset=train, valset=train[:1]).build()
