@@ -188,8 +188,8 @@ def _knn_problem(knn: dict[str, Any]) -> str | None:
     one of :data:`~sqlweave.optimizers.knn.SAME_DB_DEMOS`, every item an object with a string
     ``question`` and ``demos`` mapping predictor names to demo objects."""
     k = knn["k"]
-    if isinstance(k, bool) or k < 0:
-        return f"'knn.k' must be a number of demos (0 or more), not {k!r}"
+    if isinstance(k, bool) or k < 0 or k > MAX_DEMOS:
+        return f"'knn.k' must be a number of demos (0 to {MAX_DEMOS}), not {k!r}"
     from sqlweave.optimizers.knn import SAME_DB_DEMOS
 
     same_db = knn.get("same_db", "full")
@@ -267,6 +267,11 @@ def _finite(value: Any) -> bool:
     return number and math.isfinite(value)
 
 
+#: Demos a predictor (or a KNN pick) may show: each one goes into every prompt, so a
+#: hand-edited artefact with thousands would fill the model's window and stall each call. A
+#: compile never writes more (``max_demos`` is held to it too).
+MAX_DEMOS = 64
+
 #: What ``Predict.dump_state`` writes for a predictor, and so all a saved state may hold.
 STATE_KEYS = frozenset({"signature", "demos", "lm", "traces", "train"})
 
@@ -281,6 +286,8 @@ def _state_problem(part: Any) -> str | None:
     demos = part.get("demos")
     if not isinstance(demos, list) or not all(isinstance(d, dict) for d in demos):
         return "demos must be a list of objects"
+    if len(demos) > MAX_DEMOS:
+        return f"{len(demos)} demos (a predictor shows at most {MAX_DEMOS})"
     # DSPy's load_state sets every other key as an attribute of the predictor: a hand-edited
     # "lm" would send the prompts to another model, "forward" would replace the call.
     unknown = sorted(set(part) - STATE_KEYS)

@@ -45,7 +45,7 @@ import dspy
 
 from sqlweave.compiled import CompiledProgram, _as_program, _given, preset_meta
 from sqlweave.db import Database
-from sqlweave.optimizers.artifact import ArtifactMeta, trainset_hash
+from sqlweave.optimizers.artifact import MAX_DEMOS, ArtifactMeta, trainset_hash
 from sqlweave.programs import SQLProgram
 
 logger = logging.getLogger(__name__)
@@ -215,6 +215,8 @@ class CompilePlan:
             raise ValueError(
                 f"max_demos and n_val must be 0 or more, not {self.max_demos} and {n_val}"
             )
+        if self.max_demos > MAX_DEMOS:
+            raise ValueError(f"max_demos must be at most {MAX_DEMOS}, not {self.max_demos}")
         if self.n_train is not None and self.n_train < 0:
             raise ValueError(f"n_train must be 0 or more, not {self.n_train}")
         student, name, preset_name = self._student()

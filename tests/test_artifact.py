@@ -149,6 +149,12 @@ def test_not_json(saved: Path) -> None:
         ),
         (lambda p: p["meta"]["extra"].update(details=[1]), "meta.extra.details must be an object"),
         (lambda p: p["meta"]["extra"].update(preset=["x"]), "meta.extra.preset must be a name"),
+        # each demo goes into every prompt: thousands would fill the window
+        (
+            lambda p: p["generate"].update(demos=[{"question": "q", "sql": "s"}] * 65),
+            r"65 demos \(a predictor shows at most 64\)",
+        ),
+        (lambda p: p.update(knn={"k": 65, "pool": []}), r"'knn.k' must be a number of demos"),
     ],
 )
 def test_bad_artifacts_name_the_file_and_the_problem(saved: Path, edit, message: str) -> None:

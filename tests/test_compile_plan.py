@@ -204,3 +204,11 @@ def test_build_opens_the_questions_databases_before_any_model(tmp_path) -> None:
     train = [{"question": f"How many {i}?", "sql": "SELECT 1", "db": str(bad)} for i in range(3)]
     with pytest.raises(DataError, match="does not open"):
         CompilePlan("direct", trainset=train, valset=train[:1]).build()
+
+
+def test_a_compile_cannot_write_more_demos_than_an_artefact_may_hold() -> None:
+    from sqlweave.compile_plan import CompilePlan
+    from sqlweave.optimizers.artifact import MAX_DEMOS
+
+    with pytest.raises(ValueError, match=f"max_demos must be at most {MAX_DEMOS}"):
+        CompilePlan("direct", trainset=[], max_demos=MAX_DEMOS + 1).build()
