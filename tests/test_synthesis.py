@@ -125,6 +125,24 @@ def test_without_the_round_trip_every_question_is_kept_and_a_rerun_resumes(tmp_p
     assert len(lines) == 5
 
 
+def test_a_pairs_file_resumes_only_under_its_own_settings(tmp_path: Path, caplog):
+    """Found by review: pairs made without the round trip, resumed with it, were recorded as
+    checked. The settings stand beside the file; other ones are refused, an older file (no
+    settings kept) resumes with a warning."""
+    from sqlweave.synthesis.pairs import settings_path
+
+    out = tmp_path / "pairs.jsonl"
+    with dspy.context(lm=_distinct_questions()):
+        synthesize(DEMO_CONCERT_DB, 2, out=out, check=False, seed=3, progress=False)
+        assert json.loads(settings_path(out).read_text())["check"] is False
+        with pytest.raises(SynthesisError, match=r"made with \{'check': False, 'seed': 3\}"):
+            synthesize(DEMO_CONCERT_DB, 4, out=out, check=True, progress=False)
+        assert len(out.read_text().splitlines()) == 2  # nothing added
+        settings_path(out).unlink()
+        more = synthesize(DEMO_CONCERT_DB, 3, out=out, check=False, seed=3, progress=False)
+    assert len(more) == 3 and "keeps no settings" in caplog.text
+
+
 def test_garbage_questions_are_rejected(tmp_path: Path):
     lm = DummyLM(
         {"Answer with the question only": {"question": "SELECT * FROM singer"}, "": {"sql": ANSWER}}

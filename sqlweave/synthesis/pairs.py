@@ -228,6 +228,10 @@ def synthesize(
     tried_path = out_path.with_name(out_path.name + ".tried.jsonl") if out_path else None
     pairs = _read_jsonl(out_path) if out_path else []
     tried = _read_jsonl(tried_path) if tried_path else []
+    if out_path is not None:
+        name = program if isinstance(program, str) else type(program).__name__
+        settings = {"seed": seed, "check": check, "program": name}
+        _hold_settings(out_path, settings | {"sample_rows": sample_rows, "accept": accept}, pairs)
     if len(pairs) >= n:
         return pairs[:n]
     judge = _Judge(
@@ -267,6 +271,38 @@ def synthesize(
             n,
         )
     return pairs
+
+
+def settings_path(out: Path) -> Path:
+    """``<out>.settings.json``: how the pairs in ``out`` were made (seed, round trip, program,
+    rows shown, acceptance), so that a resume under other settings cannot mix two kinds."""
+    return out.with_name(out.name + ".settings.json")
+
+
+def _hold_settings(out: Path, settings: dict[str, Any], pairs: list[dict[str, Any]]) -> None:
+    """Write ``settings`` beside a new pairs file; refuse to add to one made under others (the
+    record would say ``check: True`` of pairs no round trip checked). A file of an older
+    release, which kept no settings, resumes as before, with a warning."""
+    path = settings_path(out)
+    if pairs and path.is_file():
+        try:
+            kept = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise SynthesisError(f"cannot read {path}: {err}") from err
+        changed = sorted(
+            k for k in settings if isinstance(kept, dict) and kept.get(k) != settings[k]
+        )
+        if not isinstance(kept, dict) or changed:
+            was = {k: kept.get(k) for k in changed} if isinstance(kept, dict) else kept
+            raise SynthesisError(
+                f"{out} holds pairs made with {was}, not { ({k: settings[k] for k in changed}) }: "
+                "give another pairs file, or the same settings to resume it"
+            )
+        return
+    if pairs:
+        logger.warning("%s keeps no settings (an older release): resuming it as it is", out)
+        return
+    path.write_text(json.dumps(settings, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def _check_request(n: Any, accept: Any) -> None:
