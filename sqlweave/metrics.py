@@ -538,7 +538,8 @@ def check_execution(
     if pred.truncated:
         return ExecutionMatch(False, None, pred, gold)
     if sem == "official-spider":
-        ordered = gold_is_ordered(gold_prep.text)
+        # the official text, an unterminated comment included: its "order by" counts there
+        ordered = gold_is_ordered(prepare_official_spider(gold_sql, bool(keep_distinct)))
     else:
         ordered = sem == "strict-spider" and has_top_level_order_by(gold_sql, db.dialect)
     return ExecutionMatch(results_match(pred, gold, sem, ordered), None, pred, gold)

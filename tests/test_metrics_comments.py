@@ -173,3 +173,16 @@ def test_ex_metric_never_rewards_an_empty_prediction(people: tuple[Path, Databas
     assert ex_metric(example, dspy.Prediction(sql="SELECT name FROM person WHERE age > 99")) == 1.0
     with pytest.raises(GoldQueryError):
         ex_metric(example.copy(gold_sql=""), dspy.Prediction(sql="SELECT 1 WHERE 0"))
+
+
+def test_an_order_by_in_the_gold_s_open_comment_orders_it_officially(people) -> None:
+    """The official script tests the gold text, comment and all, for "order by": a gold query
+    ending in an unterminated ``/* order by`` comment is scored as ordered (it was unordered)."""
+    _, db = people
+    gold = "SELECT name FROM person WHERE age > 20 /* order by age"
+    shuffled = "SELECT name FROM person WHERE age > 20 ORDER BY name"
+    assert not check_execution(shuffled, gold, db, "official-spider").correct
+    assert check_execution(
+        shuffled, gold.replace("order by", "sorted"), db, "official-spider"
+    ).correct
+    assert check_execution(gold, gold, db, "official-spider").correct
