@@ -72,7 +72,10 @@ def fit_case(sql: str, names: CaseNames, dialect: str = "postgres") -> str:
     own |= {t.alias.lower() for t in tree.find_all(exp.Table, exp.Subquery) if t.alias}
     outputs = {a.alias.lower() for a in tree.find_all(exp.Alias) if a.alias}
     for col in list(tree.find_all(exp.Column)):
-        column = _bare(col.this, names.columns, outputs)
+        # an output alias is reachable from ORDER BY and GROUP BY alone: ``ShopName AS
+        # shopname`` names the column it aliases, which must be fitted like any other
+        reachable = outputs if col.find_ancestor(exp.Order, exp.Group) is not None else set()
+        column = _bare(col.this, names.columns, reachable)
         if column is not None:
             col.set("this", column)
             changed = True

@@ -45,6 +45,11 @@ def test_only_names_a_bare_spelling_cannot_reach_are_kept() -> None:
         ("SELECT name FROM city", "SELECT name FROM city"),  # nothing to fit
         ("WITH shop AS (SELECT 1 AS x) SELECT x FROM shop", None),  # the query's own name
         ("SELECT count(*) AS shopname FROM city ORDER BY shopname", None),  # an output alias
+        # the aliased column itself is no reference to the alias (it failed on PostgreSQL)
+        (
+            "SELECT ShopName AS shopname FROM Shop ORDER BY shopname",
+            'SELECT "ShopName" AS shopname FROM "Shop" AS Shop ORDER BY shopname',
+        ),
         ("SELECT ShopName FROM", None),  # does not parse: as written
         ("SELECT " + "(" * 3000 + "ShopId" + ")" * 3000, None),  # too deep to parse: as written
     ],
@@ -82,6 +87,8 @@ def test_a_bare_query_runs_on_an_orms_postgres_tables(orm_db: Database) -> None:
     sql = "SELECT T2.ShopName, sum(T1.Amount) FROM Sale AS T1 JOIN Shop AS T2 ON T1.ShopId = T2.ShopId GROUP BY T2.ShopName ORDER BY T2.ShopName"
     assert orm_db.execute(sql).rows == (("Alpha", 10), ("Beta", 25))
     assert orm_db.execute("SELECT count(*) FROM Shop WHERE Staff > 5").rows == ((1,),)
+    aliased = "SELECT ShopName AS shopname FROM Shop ORDER BY shopname DESC"
+    assert orm_db.execute(aliased).rows == (("Beta",), ("Alpha",))
     # A name that exists nowhere still fails as it would have.
     from sqlweave.db import ExecutionError
 
