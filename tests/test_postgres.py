@@ -344,3 +344,18 @@ def test_grounded_vote_on_postgres(pg: Database) -> None:
     netherlands = "SELECT count(*) FROM singer WHERE country = 'Netherlands'"
     out = GroundedSelector()(candidates=[holland, holland, netherlands], db=pg)
     assert out.sql == netherlands and out.kept == [2]
+
+
+def test_arrays_json_and_ranges_come_back_as_their_text(pg: Database) -> None:
+    """psycopg would build Python objects of these inside the fetch, where no deadline is
+    looked at (range_agg over 3 M ranges: 40.7 s at a 2 s timeout); the untrusted query reads
+    them as PostgreSQL's text, and introspection still works on the same pooled connections."""
+    sql = (
+        "SELECT ARRAY[1, 2], '{\"a\": 1}'::jsonb, int4range(1, 5), "
+        "range_agg(int4range(g, g + 1)) FROM generate_series(1, 7, 2) AS g"
+    )
+    (row,) = pg.execute(sql).rows
+    assert row == ("{1,2}", '{"a": 1}', "[1,5)", "{[1,2),[3,4),[5,6),[7,8)}")
+    from sqlweave.schema import introspect
+
+    assert introspect(pg).tables
