@@ -359,6 +359,52 @@ def test_cli_evaluate_on_a_dead_endpoint_is_one_error_line(
     assert read_records(out) == []
 
 
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        (["--model", "openai/m", "--api-base", "localhost:8000/v1"], "no http:// or https://"),
+        (["--model", "openai:gpt-4o"], "write provider/model (e.g. 'openai/gpt-4o')"),
+        (["--model", "nosuchprovider/x"], "names no provider LiteLLM knows"),
+        (["--model", "gguf:{bad}"], "cannot be loaded"),
+        (["--model", "gguf:{dir}"], "is a folder, not a GGUF file"),
+    ],
+)
+def test_cli_evaluate_with_a_model_no_call_can_reach_records_nothing(
+    demo_concert_db: Path, tmp_path: Path, model: list[str], message: str
+) -> None:
+    """Found by review: each of these failed every question alike, recorded as that
+    question's error (EX 0.0, and a resume skipped them); now one line before any question."""
+    bad = tmp_path / "notgguf.gguf"
+    bad.write_text("not a model")
+    model = [m.format(bad=bad, dir=tmp_path) for m in model]
+    out = tmp_path / "e.jsonl"
+    args = ["evaluate", "--dataset", str(_questions(tmp_path, demo_concert_db)), "--out", str(out)]
+    result = runner.invoke(app, [*args, *model, "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert read_records(out) == []
+
+
+def test_a_gguf_file_that_llama_cpp_cannot_load_ends_the_run(tmp_path: Path) -> None:
+    """A readable header over nothing loadable: the engine's load failure is a configuration
+    error, which ends the run instead of failing each question."""
+    import struct
+
+    from sqlweave.lm import build_lm
+
+    path = tmp_path / "header-only.gguf"
+    key, value = b"general.architecture", b"qwen2"
+    path.write_bytes(
+        b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key
+        + struct.pack("<IQ", 8, len(value)) + value
+    )  # fmt: skip
+    lm = build_lm(f"gguf:{path}")
+    with pytest.raises(Exception) as info:
+        lm(messages=[{"role": "user", "content": "hi"}])
+    assert run_failure_kind(info.value) == "is not configured"
+    assert "cannot load" in str(info.value)
+
+
 def test_cli_compile_on_a_dead_endpoint_is_one_error_line(demo_root: Path, tmp_path: Path) -> None:
     # The issue's command, with DSPy's default retries (backoff 1 s, 2 s, 4 s) before it stops.
     port = _closed_port()

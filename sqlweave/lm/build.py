@@ -3,14 +3,17 @@ rest, and making one DSPy's default."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 from typing import Any
+from urllib.parse import urlsplit
 
 import dspy
 
 from sqlweave.lm.engine import AsyncLlamaCppEngine, LlamaCppEngine
-from sqlweave.lm.spec import DEFAULT_MODEL, LMSpec
+from sqlweave.lm.spec import DEFAULT_MODEL, LMSpec, LMSpecError
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +53,7 @@ def build_lm(
     """
     parsed = LMSpec.parse(spec)
     if not parsed.is_local:
+        check_served(str(parsed), options.get("api_base") or options.get("base_url"))
         # A self-hosted OpenAI-compatible server (vLLM, llama.cpp) usually needs no key, but
         # LiteLLM refuses to call one without: every question would be a recorded failure.
         if (
@@ -81,6 +85,57 @@ def build_lm(
         async_engine=AsyncLlamaCppEngine(engine),
         **options,
     )
+
+
+def check_served(model: str, api_base: Any = None) -> None:
+    """Refuse, before any question is asked, a served model no call can reach: an ``api_base``
+    that is no http(s) address (``localhost:8000/v1``), a model string with no provider DSPy's
+    clients know (``openai:gpt-4o``, ``foo``). Each would otherwise fail every question alike,
+    recorded as that question's error. ``provider/model`` with a provider DSPy's engine routes
+    (``openai/<model>`` for any OpenAI-compatible server) is taken as it is; anything else is
+    asked of LiteLLM, which DSPy falls back to."""
+    if api_base is not None:
+        parts = urlsplit(str(api_base))
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise LMSpecError(
+                f"api_base {api_base!r} is no http:// or https:// address "
+                "(e.g. http://localhost:8000/v1)"
+            )
+    provider, slash, _ = model.partition("/")
+    if slash and _routable(provider):
+        return
+    if ":" in provider:
+        raise LMSpecError(
+            f"model {model!r}: write provider/model (e.g. {provider.replace(':', '/')!r}), "
+            "or local:NAME / gguf:PATH for a local model"
+        )
+    try:
+        import litellm
+    except ImportError:  # DSPy's own engine decides at the first call
+        return
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # LiteLLM prints its provider list
+            litellm.get_llm_provider(model, api_base=api_base)
+    except Exception as err:  # noqa: BLE001 - LiteLLM's BadRequestError: no provider it knows
+        raise LMSpecError(
+            f"model {model!r} names no provider LiteLLM knows ({str(err).splitlines()[0]}); "
+            "write provider/model, e.g. openai/<model> with --api-base for a served model"
+        ) from None
+
+
+def _routable(provider: str) -> bool:
+    """Whether DSPy's own engine routes ``provider`` (openai, anthropic, gemini, ollama, ...):
+    then no LiteLLM import (seconds, and a cost-map fetch) is paid to check it."""
+    if provider == "openai":
+        return True
+    try:
+        from dspy._vendor.lm15.router import ADAPTERS, _routable
+    except ImportError:  # another DSPy release: LiteLLM decides
+        return False
+    try:
+        return bool(_routable(provider, ADAPTERS))
+    except Exception:  # noqa: BLE001 - a private helper of DSPy's: LiteLLM decides
+        return False
 
 
 def configure(model: str = DEFAULT_MODEL, *, set_default: bool = True, **options: Any) -> dspy.LM:

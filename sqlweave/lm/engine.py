@@ -19,6 +19,7 @@ from typing import Any
 
 from dspy.lm15 import Message, Request, Response, TextPart, response_to_events
 from dspy.lm15 import Usage as TokenUsage
+from dspy.utils.exceptions import LMConfigurationError
 
 from sqlweave import models
 from sqlweave.lm import loading
@@ -151,20 +152,28 @@ class LlamaCppEngine:
                 )
             else:
                 path = Path(parsed.target).expanduser()
+                if path.is_dir():
+                    raise models.ModelNotAvailableError(f"{path} is a folder, not a GGUF file")
                 if not path.is_file():
                     raise models.ModelNotAvailableError(f"GGUF file not found: {path}")
+                _check_gguf(path)
                 self._path = path
         return self._path
 
     def _loaded(self) -> loading.Loaded:
-        return loading.load_llama(
-            self.model_path(),
-            n_ctx=self.n_ctx,
-            n_batch=self.n_batch,
-            n_threads=self.threads,
-            ram_cache_bytes=self.ram_cache_bytes,
-            n_seq_max=self.n_seq_max,
-        )
+        path = self.model_path()
+        try:
+            return loading.load_llama(
+                path,
+                n_ctx=self.n_ctx,
+                n_batch=self.n_batch,
+                n_threads=self.threads,
+                ram_cache_bytes=self.ram_cache_bytes,
+                n_seq_max=self.n_seq_max,
+            )
+        except ValueError as err:  # llama.cpp's "Failed to load model from file"
+            # no question can get past it: a configuration error ends the run (failures.py)
+            raise LMConfigurationError(f"cannot load {path}: {err}") from err
 
     def complete(self, request: Request) -> Response:
         """Run one chat completion; DSPy loops for ``n`` and owns caching and retries.
@@ -369,6 +378,19 @@ class LlamaCppEngine:
         """Inverse of :meth:`dump_state`."""
         state = dict(state)
         return cls(state.pop("spec"), **state)
+
+
+def _check_gguf(path: Path) -> None:
+    """Refuse a file that does not start as a GGUF file does, before any question is asked
+    (a text file named ``.gguf``). What llama.cpp still cannot load past that (a truncated
+    file) is its load error, which ends the run (:meth:`LlamaCppEngine._loaded`)."""
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as err:
+        raise models.ModelIntegrityError(f"{path} cannot be loaded: {err}") from err
+    if magic != b"GGUF":
+        raise models.ModelIntegrityError(f"{path} cannot be loaded: it is not a GGUF file")
 
 
 class AsyncLlamaCppEngine:
