@@ -491,7 +491,8 @@ def write_report(
     _dedupe_names(runs)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(render_report(runs, title=title), encoding="utf-8")
+    # records of an older release may hold a lone surrogate a model wrote: shown as "?"
+    tmp.write_text(render_report(runs, title=title), encoding="utf-8", errors="replace")
     os.replace(tmp, out)
     return out
 

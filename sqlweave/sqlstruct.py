@@ -46,6 +46,7 @@ from sqlglot.tokens import Token, TokenType
 
 from sqlweave.caches import CACHE
 from sqlweave.sqlsymbols import ARITHMETIC, COMPARISONS
+from sqlweave.sqltree import MAX_SQL_CHARS
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +117,8 @@ def _parse(sql: str, dialect: str) -> exp.Expression | None:
     Cached: a pool is profiled, skeletonised and keyword-scanned from one parse per query. Callers
     must not mutate the returned tree (copy first).
     """
+    if len(sql) > MAX_SQL_CHARS:  # no query to read: the executor refuses it unread
+        return None
     text = _requote_strings(sql.strip().rstrip(";").strip(), dialect)
     if not text:
         return None

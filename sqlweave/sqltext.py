@@ -24,6 +24,24 @@ _DOUBLED = ("'", '"', "`")
 _MAX_STARTS = 8
 _SET_OP = re.compile(r"\b(UNION|EXCEPT|INTERSECT)(\s+ALL)?\s*\(?\s*$", re.I)
 _MAX_PARSED = 20_000
+#: A ``WITH`` that opens a query: a name (quoted or not), its column list if any, then ``AS (``
+#: (``AS MATERIALIZED (`` too). "I cannot help with that." holds the word and no query.
+_CTE_HEAD = re.compile(
+    r"WITH\s+(?:RECURSIVE\s+)?(?:\"[^\"]+\"|`[^`]+`|\[[^\]]+\]|\w+)\s*(?:\([^)]*\)\s*)?"
+    r"AS\s*(?:NOT\s+)?(?:MATERIALIZED\s*)?\(",
+    re.I,
+)
+#: What no query holds and a reply may: lone surrogates (no encoder can write them: every
+#: prompt, log or page they reach fails) and control characters but tab and line breaks.
+_SURROGATES = re.compile("[\ud800-\udfff]")
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with lone surrogates written as U+FFFD and control characters (NUL and the
+    rest, but tab, newline and carriage return) dropped."""
+    text = _SURROGATES.sub("\ufffd", text)
+    return _CONTROLS.sub("", text)
 
 
 def field_body(text: str, prefer: str | None = None) -> str:
@@ -74,13 +92,14 @@ def extract_sql(text: str | None) -> str:
     """
     if not text:
         return ""
-    text = field_body(text)
+    text = field_body(clean_text(text))
     fenced = _fenced_block(text)
     if fenced is not None:
         text = fenced
     text = _FIELD_MARKER.sub("", text)
     text = text.strip().strip("`").strip()
-    starts = [m.start() for m in itertools.islice(_START.finditer(text), _MAX_STARTS)]
+    found = (m for m in _START.finditer(text) if _opens_query(text, m))
+    starts = [m.start() for m in itertools.islice(found, _MAX_STARTS)]
     if not starts:
         return ""
     first = _one_statement(text[starts[0] :])
@@ -94,6 +113,11 @@ def extract_sql(text: str | None) -> str:
                 if len(sql) <= _MAX_PARSED and sqlstruct.parse(sql) is not None:
                     return sql
     return first
+
+
+def _opens_query(text: str, start: re.Match[str]) -> bool:
+    """Whether a SELECT, or a WITH with a CTE's head after it, stands at ``start``."""
+    return start.group(1).upper() == "SELECT" or bool(_CTE_HEAD.match(text, start.start()))
 
 
 def _outside(text: str, first: int, start: int) -> bool:

@@ -23,12 +23,18 @@ from sqlglot.errors import ParseError, TokenError
 logger = logging.getLogger(__name__)
 
 
+#: The longest SQL text anything here reads: the executor refuses longer text before it runs
+#: (``sqlweave.db.policy`` holds the same figure), and sqlglot would spend most of a minute
+#: and ~90 MB on a 1 MB reply from a server that ignores ``max_tokens``, rule by rule.
+MAX_SQL_CHARS = 50_000
+
+
 def parse_sql(
     sql: str, dialect: str = "sqlite", *, several: Literal["none", "block"] = "none"
 ) -> exp.Expression | None:
     """The statement ``sql`` holds as a new sqlglot tree, or None when it does not parse (or is
     blank). ``several``: what a text of more than one statement gives (module docstring)."""
-    if not sql.strip():
+    if not sql.strip() or len(sql) > MAX_SQL_CHARS:
         return None
     try:
         trees = sqlglot.parse(sql, read=dialect)
@@ -43,4 +49,4 @@ def parse_sql(
     return statements[0] if len(statements) == 1 else None
 
 
-__all__ = ["parse_sql"]
+__all__ = ["MAX_SQL_CHARS", "parse_sql"]

@@ -36,6 +36,21 @@ from sqlweave.sqltext import extract_sql
             "SELECT a FROM t WHERE x === (SELECT b FROM u)",
             "SELECT a FROM t WHERE x === (SELECT b FROM u)",
         ),
+        # found by review: a refusal that says "with" is no query; a NUL, a control character
+        # or a lone surrogate in a reply does not reach the prompt, the log or the page
+        ("I am sorry, I cannot help with that.", ""),
+        ("I cannot answer this with the given schema.", ""),
+        (
+            "WITH RECURSIVE c(n) AS (SELECT 1) SELECT n FROM c",
+            "WITH RECURSIVE c(n) AS (SELECT 1) SELECT n FROM c",
+        ),
+        (
+            'with "x y" as materialized (select 1) select 2',
+            'with "x y" as materialized (select 1) select 2',
+        ),
+        ("SELECT count(*) FROM singer\x00", "SELECT count(*) FROM singer"),
+        ("SELECT name\x1b FROM singer", "SELECT name FROM singer"),
+        ("SELECT '\ud800' FROM singer", "SELECT '\ufffd' FROM singer"),
         ("", ""),
         (None, ""),
     ],
@@ -106,3 +121,22 @@ def test_extraction_time_grows_linearly() -> None:
     small, large = cost(100_000), cost(1_000_000)
     # 10x the text; quadratic would be 100x. Generous for a loaded machine.
     assert large < 30 * small + 0.05
+
+
+def test_a_reply_too_long_to_run_is_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that ignores max_tokens sent 1 MB of SQL: the rules and the grounded check
+    parsed it in full (a minute, ~90 MB kept in the parse cache) before the executor refused
+    it unread. Text over the executor's limit is now no query to read anywhere."""
+    import sqlglot
+
+    from sqlweave import sqlstruct
+    from sqlweave.sqltree import MAX_SQL_CHARS, parse_sql
+
+    huge = "SELECT " + "1+" * MAX_SQL_CHARS + "1"
+
+    def no_parse(*_args, **_kwargs):
+        raise AssertionError("parsed a text no engine would run")
+
+    monkeypatch.setattr(sqlglot, "parse", no_parse)
+    assert parse_sql(huge) is None
+    assert sqlstruct.parse(huge) is None

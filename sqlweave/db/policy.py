@@ -22,6 +22,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from sqlweave.db.errors import ExecutionError, first_line, refuse
+from sqlweave.sqltree import MAX_SQL_CHARS as _PARSE_LIMIT
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_ROWS = 10_000
@@ -31,7 +32,7 @@ DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 #: Longest SQL text accepted. Parsing is linear (a 50,000-character OR chain: ~0.05 s with
 #: sqlglot's compiled extension, ~0.12 s in pure Python), so this also bounds the parse time that
 #: counts against the timeout to well under a second.
-MAX_SQL_CHARS = 50_000
+MAX_SQL_CHARS = _PARSE_LIMIT
 #: Deepest nesting of parentheses and CASE expressions accepted. sqlglot's recursive-descent
 #: parser overflows Python's stack at about 45 levels; real queries stay under 10.
 MAX_NESTING = 32
