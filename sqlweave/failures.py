@@ -101,6 +101,8 @@ def run_failure_kind(error: BaseException | None) -> str | None:
     if isinstance(error, EndpointDown | LMUnavailableError):
         return error.kind
     if isinstance(error, LMError):
+        if isinstance(error, LMTransportError) and "timed out" in str(error).lower():
+            return "timed out"  # a read timeout travels as a transport error
         for cls, kind in RUN_FAILURES:
             if isinstance(error, cls):
                 return kind

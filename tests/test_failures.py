@@ -96,6 +96,7 @@ def demo_root() -> Path:
     ("error", "kind"),
     [
         (LMTransportError("refused"), "is unreachable"),
+        (LMTransportError("read timed out"), "timed out"),
         (LMAuthError("bad key", status=401), "refused the credentials"),
         (LMInvalidRequestError("no such model", status=404), "does not serve the model"),
         (ContextWindowExceededError(model="m"), None),
@@ -485,3 +486,41 @@ def test_compile_and_load_refuse_arguments_of_the_wrong_type(tmp_path: Path) -> 
         sqlweave.compile("direct", [], 3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="path must be a file path"):
         sqlweave.load(None)  # type: ignore[arg-type]
+
+
+def test_a_served_model_that_hangs_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by review: DSPy's client waits 600 s and retries, so a hung server held each
+    question ~40 minutes and nothing on the command line could say otherwise. A served model
+    now waits $SQLWEAVE_LM_TIMEOUT (default 180 s) and the run ends saying it timed out."""
+    import http.server
+    import threading
+    import time as clock
+
+    from sqlweave.failures import LMUnavailableError, endpoint_guard
+    from sqlweave.lm import build_lm
+    from sqlweave.lm.build import DEFAULT_SERVED_TIMEOUT_S, LMSpecError, served_timeout
+
+    assert served_timeout() == DEFAULT_SERVED_TIMEOUT_S
+    monkeypatch.setenv("SQLWEAVE_LM_TIMEOUT", "soon")
+    with pytest.raises(LMSpecError, match="SQLWEAVE_LM_TIMEOUT"):
+        served_timeout()
+    monkeypatch.setenv("SQLWEAVE_LM_TIMEOUT", "1")
+
+    class Hang(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the handler's protocol
+            clock.sleep(5)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hang)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        lm = build_lm("openai/m", api_base=base, num_retries=0, cache=False)
+        started = clock.monotonic()
+        with pytest.raises(LMUnavailableError, match="timed out"), endpoint_guard():
+            lm("hi")
+        assert clock.monotonic() - started < 4
+    finally:
+        server.shutdown()

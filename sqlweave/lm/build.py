@@ -63,6 +63,9 @@ def build_lm(
             and not os.environ.get("OPENAI_API_KEY")
         ):
             options["api_key"] = "sk-no-key"
+        # DSPy's client waits 600 s for a reply and retries a read timeout: a server that hangs
+        # held each question about 40 minutes before the run could stop
+        options.setdefault("timeout", served_timeout())
         return dspy.LM(
             str(parsed), temperature=temperature, max_tokens=max_tokens, cache=cache, **options
         )
@@ -85,6 +88,27 @@ def build_lm(
         async_engine=AsyncLlamaCppEngine(engine),
         **options,
     )
+
+
+#: Seconds a served model may take to answer one call (``$SQLWEAVE_LM_TIMEOUT``, read at call
+#: time): a 1,024-token reply of a small model on a CPU server fits, a hung server does not.
+DEFAULT_SERVED_TIMEOUT_S = 180.0
+TIMEOUT_ENV = "SQLWEAVE_LM_TIMEOUT"
+
+
+def served_timeout() -> float:
+    """``$SQLWEAVE_LM_TIMEOUT`` seconds, else :data:`DEFAULT_SERVED_TIMEOUT_S` (``timeout=``
+    given to :func:`build_lm` wins)."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_SERVED_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):
+        raise LMSpecError(f"{TIMEOUT_ENV} must be a positive number of seconds, not {raw!r}")
+    return value
 
 
 def check_served(model: str, api_base: Any = None) -> None:
