@@ -177,3 +177,22 @@ def test_a_questions_file_says_which_line_repeats_an_id_or_is_no_list(tmp_path: 
     listed.write_text(json.dumps([json.loads(item()), {"question": "x"}]))
     with pytest.raises(DataError, match="item 1 needs"):
         load_questions(listed)
+
+
+def test_ctrl_c_in_compile_says_how_to_resume(tmp_path: Path, monkeypatch) -> None:
+    """Found by review: it exited 130 with no word; evaluate already said how to resume."""
+    from conftest import DEMO_ROOT
+
+    from sqlweave.compile_plan import Compile
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Compile, "run", interrupted)
+    out, ckpt = tmp_path / "c.json", tmp_path / "c.ckpt.json"
+    args = ["compile", "--n-train", "4", "--out", str(out), "--checkpoint", str(ckpt)]
+    args += ["--data-root", str(DEMO_ROOT), *DEAD, "--no-progress"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 130, result.output
+    assert "interrupted" in result.output and str(ckpt) in result.output
+    assert not out.exists()

@@ -360,6 +360,14 @@ def _run(built: Any, plan: Any) -> Any:
         fail(str(err))
     except OSError as err:  # the checkpoint could not be written
         fail(f"cannot write the checkpoint {plan.checkpoint}: {err.strerror or err}")
+    except KeyboardInterrupt:
+        typer.secho(
+            f"interrupted; the finished LM work is in {plan.checkpoint}: run the same command "
+            "to resume",
+            fg=typer.colors.YELLOW,
+            err=True,
+        )
+        raise typer.Exit(code=130) from None
 
 
 def report_compile(compiled: Any, name: str, request: CompileRequest) -> Any:
