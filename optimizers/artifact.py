@@ -133,6 +133,8 @@ def save_program(program: SQLProgram, path: str | Path, meta: ArtifactMeta) -> P
 def read_artifact(path: str | Path) -> dict[str, Any]:
     """The checked payload of an artefact file; raises :class:`ArtifactError` naming the problem."""
     path = Path(path)
+    if path.is_dir():
+        raise ArtifactError(f"{path} is a folder, not a compiled program file")
     if not path.is_file():
         raise ArtifactError(f"compiled program not found: {path}")
     try:

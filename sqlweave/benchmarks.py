@@ -333,6 +333,8 @@ def load_questions(
         text = path.read_text(encoding="utf-8-sig")  # -sig: a leading BOM is no JSON error
     except FileNotFoundError as err:
         raise DataError(path, "file not found") from err
+    except IsADirectoryError as err:
+        raise DataError(path, "is a folder, not a questions file") from err
     except UnicodeDecodeError as err:
         raise DataError(path, f"not UTF-8 text ({err.reason} at byte {err.start})") from err
     examples = []

@@ -196,3 +196,18 @@ def test_ctrl_c_in_compile_says_how_to_resume(tmp_path: Path, monkeypatch) -> No
     assert result.exit_code == 130, result.output
     assert "interrupted" in result.output and str(ckpt) in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["evaluate", "-d", "{dir}", *DEAD], "is a folder, not a questions file"),
+        (["ask", "How many?", "--db", "{dir}", *DEAD], "is a folder, not a SQLite database file"),
+        (["inspect", "{dir}"], "is a folder, not a compiled program file"),
+    ],
+)
+def test_a_folder_given_for_a_file_is_named_as_one(tmp_path: Path, args, message) -> None:
+    """Found by review: each said "not found" (or Errno 21) of a path that exists."""
+    result = runner.invoke(app, [a.format(dir=tmp_path) for a in args])
+    _clean(result)
+    assert message in result.output

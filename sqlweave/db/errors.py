@@ -148,6 +148,8 @@ def not_found(engine: str, path: Path, scheme: str = "") -> ExecutionError:
     """``<engine> database not found: <path>``, a ``connection`` error. A URL's path after
     ``scheme:///`` is relative to the working directory; where the same path from the root
     exists, the message says to write four slashes, the mistake that hides behind it."""
+    if path.is_dir():
+        return ExecutionError("connection", f"{path} is a folder, not a {engine} database file")
     message = f"{engine} database not found: {path}"
     if scheme and not path.is_absolute() and (Path("/") / path).is_file():
         message += (
