@@ -211,3 +211,14 @@ def test_a_folder_given_for_a_file_is_named_as_one(tmp_path: Path, args, message
     result = runner.invoke(app, [a.format(dir=tmp_path) for a in args])
     _clean(result)
     assert message in result.output
+
+
+def test_a_run_stopped_before_its_first_question_leaves_no_records_file(tmp_path: Path) -> None:
+    """Found by review: --out was made empty when checked, and stayed so after a later error."""
+    item = {"question": "How many?", "db_path": str(DEMO_CONCERT_DB)}
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps(item) + "\n")
+    out = tmp_path / "runs" / "e.jsonl"
+    args = ["evaluate", "-d", str(questions), "--out", str(out), "--model", "openai:gpt-4o"]
+    _clean(runner.invoke(app, args))
+    assert not out.exists()

@@ -93,8 +93,11 @@ def check_writable(path: Path, option: str, *, touch: bool = True) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if touch:
+            existed = path.exists()
             with open(path, "a", encoding="utf-8"):
                 pass
+            if not existed:  # checked, not made: a run stopped by a later error leaves nothing
+                path.unlink()
     except OSError as err:
         fail(f"cannot write {option} {path}: {err.strerror or err}")
     if not touch and (
