@@ -181,3 +181,12 @@ def test_a_schema_without_declared_keys_joins_on_the_keys_its_names_imply(tmp_pa
     }
     fixed = complete_joins("SELECT name FROM review WHERE stars = 5", schema)
     assert fixed is not None and _rows(db, fixed) == [("Ann",)]
+
+
+def test_a_string_sqlite_reads_in_a_comparison_gets_no_join(concert: Database) -> None:
+    """Found by review: ``Theme = "Name"`` ran as a string comparison and the repair joined
+    stadium for its Name column."""
+    from sqlweave.programs.stages.joins import complete_joins
+
+    sql = 'SELECT concert_Name FROM concert WHERE Theme = "Name"'
+    assert complete_joins(sql, introspect(concert), "sqlite") is None

@@ -286,3 +286,30 @@ def test_train_gold_queries_keep_their_names_and_aggregates(spider_root, spider_
     assert fired["fix_schema_mismatch"] == 0
     assert fired["fix_invalid_aggregation"] == 0
     assert sum(fired.values()) < 40, fired
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # found by review: constants a CASE or IIF gives back were mapped to the nearest column
+        'SELECT Name, CASE WHEN Age > 40 THEN "Aged" ELSE "Young" END FROM singer',
+        'SELECT IIF(Is_male = "T", "male", "female") FROM singer',
+    ],
+)
+def test_a_string_a_branch_gives_back_is_left_as_it_is(demo_concert_db: Path, sql: str) -> None:
+    db = Database.open(demo_concert_db)
+    fixed = apply_rules(sql, db).sql
+    assert db.execute(fixed).rows == db.execute(sql).rows
+
+
+def test_a_rewritten_join_key_names_its_table(demo_concert_db: Path) -> None:
+    """Found by review: ``ON Name = concert_ID`` became ``ON Singer_ID = Singer_ID``, an
+    ambiguous name in both tables: the query that ran now failed."""
+    db = Database.open(demo_concert_db)
+    for sql, qualified in (
+        ("SELECT Name FROM singer JOIN singer_in_concert ON Name = concert_ID", "singer."),
+        ("SELECT Name FROM singer AS s JOIN singer_in_concert ON Name = concert_ID", "s."),
+    ):
+        fixed = apply_rules(sql, db).sql
+        assert f"{qualified}Singer_ID = singer_in_concert.Singer_ID" in fixed
+        assert db.execute(fixed).rows

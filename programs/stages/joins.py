@@ -35,6 +35,7 @@ from sqlweave.programs.stages.resolution import (
     Resolver,
     enclosing_selects,
     inside_select_body,
+    is_sqlite_string,
     sources_of,
 )
 from sqlweave.schema import ForeignKey, Schema, Table, introspect
@@ -162,6 +163,8 @@ def complete_joins(
             continue
         if col.find_ancestor(exp.Join) is not None:
             continue  # a join's own key on the wrong table: a wrong join, not a missing one
+        if is_sqlite_string(col, resolver, dialect):
+            continue  # a "value" SQLite reads as a string, as the rules leave it
         select = next(enclosing_selects(col))
         if resolver.opaque(select):
             continue  # a subquery or CTE source may hold the name

@@ -115,17 +115,30 @@ def is_output_alias(col: exp.Column, select: exp.Select) -> bool:
 
 def is_sqlite_string(col: exp.Column, resolver: Resolver, dialect: str) -> bool:
     """SQLite reads a ``"double-quoted"`` name that is no column as a string literal; Spider's
-    gold SQL writes most values that way. Only operands of comparisons count: a quoted unknown
-    name in the SELECT list is a misspelt column, not a constant anyone meant."""
+    gold SQL writes most values that way. Operands of comparisons count, and what a CASE or
+    IIF gives back (``THEN "Aged" ELSE "Young"``: constants someone meant, which a rewrite to
+    the nearest column, ``Age``, turned into numbers); a quoted unknown name standing alone in
+    the SELECT list is a misspelt column."""
     ident = col.this
     return (
         dialect == "sqlite"
         and not col.table
         and isinstance(ident, exp.Identifier)
         and bool(ident.args.get("quoted"))
-        and isinstance(col.parent, exp.Binary | exp.In | exp.Between)
+        and _value_place(col)
         and resolver.resolve(col) is None
     )
+
+
+def _value_place(col: exp.Column) -> bool:
+    """Whether ``col`` stands where a value does: a comparison's operand, a CASE or IIF
+    branch's result (not its condition)."""
+    parent = col.parent
+    if isinstance(parent, exp.Binary | exp.In | exp.Between):
+        return True
+    if isinstance(parent, exp.If):
+        return col.arg_key in ("true", "false")
+    return isinstance(parent, exp.Case) and col.arg_key == "default"
 
 
 def inside_select_body(col: exp.Column) -> bool:

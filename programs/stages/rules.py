@@ -428,10 +428,13 @@ def fix_join_condition(expr: exp.Expression, ctx: RuleContext) -> exp.Expression
         if choice is not None:
             fa, fb = choice
             logger.debug("join: %s -> %s.%s = %s.%s", cond.sql(), ta.name, fa, tb.name, fb)
+            # an unqualified key names its source: both tables may hold a column of that name
             cond.replace(
                 exp.EQ(
-                    this=exp.column(fa, table=left.table or None),
-                    expression=exp.column(fb, table=right.table or None),
+                    this=exp.column(fa, table=left.table or _source_name(join, resolver, ta)),
+                    expression=exp.column(
+                        fb, table=right.table or _source_name(join, resolver, tb)
+                    ),
                 )
             )
             changed = True
@@ -440,6 +443,18 @@ def fix_join_condition(expr: exp.Expression, ctx: RuleContext) -> exp.Expression
             join.pop()
             changed = True
     return tree if changed else None
+
+
+def _source_name(join: exp.Join, resolver: Resolver, table: Table) -> str | None:
+    """The alias (or name) through which ``join``'s SELECT reads ``table``; None when no one
+    source does (then the key stays unqualified, as written)."""
+    select = next(enclosing_selects(join), None)
+    if select is None:
+        return None
+    names = [
+        alias for alias, source in sources_of(select).items() if resolver.table_of(source) is table
+    ]
+    return names[0] if len(names) == 1 else None
 
 
 def _choose_fk(pairs: list[tuple[str, str]], ca: str, cb: str) -> tuple[str, str] | None:
