@@ -313,3 +313,26 @@ def test_a_rewritten_join_key_names_its_table(demo_concert_db: Path) -> None:
         fixed = apply_rules(sql, db).sql
         assert f"{qualified}Singer_ID = singer_in_concert.Singer_ID" in fixed
         assert db.execute(fixed).rows
+
+
+def test_a_value_past_the_index_s_cap_is_not_corrected_away(tmp_path: Path) -> None:
+    """Found by review: the index keeps the first N distinct values a column; a literal past
+    them ('Smith', stored after N others) was "corrected" to a near one it did hold."""
+    import sqlite3
+
+    path = tmp_path / "people.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE person (name TEXT, city TEXT)")
+        conn.execute("INSERT INTO person VALUES ('Smithson', 'Springfield')")
+        conn.executemany(
+            "INSERT INTO person VALUES (?, 'x')", [(f"filler{i:03d}",) for i in range(30)]
+        )
+        conn.execute("INSERT INTO person VALUES ('Smith', 'Shelbyville')")
+    db = Database.open(path)
+    index = ValueIndex.build(db, max_values_per_column=10, persist=False)
+    assert "Smith" not in index.values("person", "name")
+    sql = "SELECT city FROM person WHERE name = 'Smith'"
+    assert apply_rules(sql, db, value_index=index).sql == sql
+    # a literal no row holds is still corrected to the stored value it was meant to be
+    fixed = apply_rules("SELECT city FROM person WHERE name = 'smithson'", db, value_index=index)
+    assert "'Smithson'" in fixed.sql

@@ -50,7 +50,7 @@ from pathlib import Path
 
 from sqlglot import exp
 
-from sqlweave.db import Database
+from sqlweave.db import Database, ExecutionError
 from sqlweave.metrics import spider_hardness
 from sqlweave.programs.base import resolve_database
 from sqlweave.programs.stages.resolution import (
@@ -223,10 +223,29 @@ def fix_string_format(expr: exp.Expression, ctx: RuleContext) -> exp.Expression 
             better = _better_value(text, stored, index, table.name, column.name)
             if better is None or (is_like and better.lower() == text.lower()):
                 continue  # LIKE already ignores (ASCII) case
+            if _stored(ctx.db, table.name, column.name, text):
+                continue  # the index keeps 100,000 values a column: absent there is not absent
             logger.debug("string format: %r -> %r (%s.%s)", text, better, table.name, column.name)
             node.replace(exp.Literal.string(better))
             changed = True
     return tree if changed else None
+
+
+def _stored(db: Database | None, table: str, column: str, value: str) -> bool:
+    """Whether ``db`` stores ``value`` in ``table.column`` exactly (one ``LIMIT 1`` lookup, made
+    only before a rewrite); False without a database or when the lookup fails."""
+    if db is None:
+        return False
+    probe = (
+        exp.select("1")
+        .from_(exp.to_table(table, quoted=True))
+        .where(exp.column(column, quoted=True).eq(exp.Literal.string(value)))
+        .limit(1)
+    )
+    try:
+        return bool(db.execute(probe.sql(dialect=db.dialect), timeout_s=2.0, max_rows=1).rows)
+    except ExecutionError:
+        return False
 
 
 # --- rule 2: schema mismatch ---------------------------------------------------------------------
