@@ -270,3 +270,23 @@ def test_a_mixed_case_schema_is_quoted_in_the_search_path() -> None:
     assert option("shop") == "-csearch_path=shop"
     assert option("MyShop") == '-csearch_path="MyShop"'  # unquoted, PostgreSQL reads myshop
     assert option("my shop") == '-csearch_path="my\\ shop"'
+
+
+def test_a_write_kept_in_the_wal_changes_the_fingerprint(tmp_path: Path) -> None:
+    """Found by review: in WAL mode new rows stay in <file>-wal, the file itself unchanged, so
+    a value index built before the write was served after it, even to a fresh process."""
+    import sqlite3
+
+    path = tmp_path / "live.sqlite"
+    writer = sqlite3.connect(path)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("CREATE TABLE person (name TEXT)")
+    writer.commit()
+    writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = Database.open(path).fingerprint
+    writer.execute("INSERT INTO person VALUES ('Smith')")
+    writer.commit()  # kept in the log: the writer stays open, no checkpoint
+    try:
+        assert Database.open(path).fingerprint != before
+    finally:
+        writer.close()

@@ -87,10 +87,18 @@ class Database:
 
     @property
     def fingerprint(self) -> str:
-        """Stable id of this database, for on-disk caches (path + size + mtime, or the URL)."""
+        """Stable id of this database, for on-disk caches (path + size + mtime, or the URL).
+
+        A SQLite file in WAL mode keeps new rows in ``<file>-wal`` until a checkpoint, leaving
+        the file itself as it was: that log's size and mtime count too, so an index built
+        before a write is not taken for one after it."""
         if self.path is not None:
             st = self.path.stat()
             key = f"{self.path}:{st.st_size}:{st.st_mtime_ns}"
+            wal = self.path.with_name(self.path.name + "-wal")
+            if wal.is_file():
+                log = wal.stat()
+                key += f":wal:{log.st_size}:{log.st_mtime_ns}"
         else:
             key = self.url
         return hashlib.sha256(key.encode()).hexdigest()[:16]
