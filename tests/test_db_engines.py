@@ -290,3 +290,35 @@ def test_a_write_kept_in_the_wal_changes_the_fingerprint(tmp_path: Path) -> None
         assert Database.open(path).fingerprint != before
     finally:
         writer.close()
+
+
+def test_a_query_that_ran_out_of_time_is_not_run_again_in_full(tmp_path: Path) -> None:
+    """Found by review: a runaway candidate ran 11 times on one question (the pool, each
+    confidence check, the answer: 150 s). Within its timeout it is now known to time out."""
+    import sqlite3
+
+    path = tmp_path / "t.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (x INTEGER)")
+    db = Database.open(path)
+    runaway = "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) SELECT max(n) FROM c"
+    runs = []
+    real = db.backend.run
+
+    def counted(*args, **kwargs):
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    db.backend.run = counted
+    with pytest.raises(ExecutionError, match="within 0.5 s$"):
+        db.execute(runaway, timeout_s=0.5)
+    with pytest.raises(ExecutionError, match=r"within 0.3 s \(before, unchanged\)"):
+        db.execute(runaway, timeout_s=0.3)
+    assert len(runs) == 1
+    with pytest.raises(ExecutionError, match="within 0.6 s$"):  # more time: it runs again
+        db.execute(runaway, timeout_s=0.6)
+    assert len(runs) == 2
+    db.clear_cache()
+    with pytest.raises(ExecutionError, match="timeout"):
+        db.execute(runaway, timeout_s=0.3)
+    assert len(runs) == 3

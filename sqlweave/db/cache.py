@@ -1,4 +1,6 @@
-"""Successful results kept per database handle, so the same gold query scored many times runs once."""
+"""Successful results kept per database handle, so the same gold query scored many times runs
+once; and the queries that ran out of time, so a runaway candidate is not run again in full for
+each stage that looks at it (a pool's vote, the confidence, the answer: 150 s on one question)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,23 @@ class ResultCache:
     def __init__(self, size: int = 4096) -> None:
         self._size = size
         self._data: OrderedDict[CacheKey, QueryResult] = OrderedDict()
+        self._timed_out: OrderedDict[CacheKey, float] = OrderedDict()
         self._lock = threading.Lock()
+
+    def timed_out(self, key: CacheKey, timeout_s: float) -> bool:
+        """Whether the query ran out of a time at least ``timeout_s`` before: it will not
+        finish in less."""
+        with self._lock:
+            spent = self._timed_out.get(key)
+            return spent is not None and spent >= timeout_s
+
+    def put_timeout(self, key: CacheKey, timeout_s: float) -> None:
+        """Remember that the query did not finish within ``timeout_s`` (the longest such)."""
+        with self._lock:
+            self._timed_out[key] = max(timeout_s, self._timed_out.get(key, 0.0))
+            self._timed_out.move_to_end(key)
+            while len(self._timed_out) > self._size:
+                self._timed_out.popitem(last=False)
 
     def get(self, key: CacheKey) -> QueryResult | None:
         with self._lock:
@@ -36,3 +54,4 @@ class ResultCache:
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._timed_out.clear()

@@ -223,15 +223,19 @@ class Database:
         key = (sql, max_rows, max_bytes)
         if use_cache and (hit := self._cache.get(key)) is not None:
             return hit
+        message = f"query did not finish within {timeout_s:g} s"
+        if use_cache and self._cache.timed_out(key, timeout_s):
+            raise ExecutionError("timeout", message + " (before, unchanged)", sql)
         policy.ensure_read_only(sql, self.dialect)
         if time.monotonic() >= deadline:
-            raise ExecutionError("timeout", f"query did not finish within {timeout_s:g} s", sql)
+            raise ExecutionError("timeout", message, sql)
         try:
             columns, rows, truncated = self.backend.run(sql, deadline, max_rows, max_bytes)
         except ExecutionError as err:
             if err.kind != "timeout":
                 raise
-            message = f"query did not finish within {timeout_s:g} s"
+            if use_cache:
+                self._cache.put_timeout(key, timeout_s)
             raise ExecutionError("timeout", message, sql) from err
         except MemoryError as err:
             raise ExecutionError("runtime", "query needs more memory than allowed", sql) from err
