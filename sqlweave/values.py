@@ -90,6 +90,8 @@ _KIND_RANK = {"exact": 0, "case": 1, "substring": 2, "fuzzy": 3}
 
 _MEMO: dict[tuple[Any, ...], ValueIndex] = {}
 _MEMO_LOCK = threading.Lock()
+#: The lock of each index being built (held by the one thread that scans).
+_BUILDING: dict[tuple[Any, ...], threading.Lock] = {}
 
 
 class ValueIndex:
@@ -188,16 +190,25 @@ class ValueIndex:
         memo_key = (db.fingerprint, db.name, str(root) if persist else None, *params.values())
         with _MEMO_LOCK:
             hit = _MEMO.get(memo_key)
-        if hit is not None:
-            return hit
-        folder = root / f"{_safe_name(db.name)}-{db.fingerprint}"
-        index = cls._load(folder, db, params) if persist else None
-        if index is None:
-            index = cls._scan(db, max_values_per_column, max_value_chars)
-            if persist:
-                index._save(folder, params)
-        with _MEMO_LOCK:
-            _MEMO[memo_key] = index
+            if hit is not None:
+                return hit
+            # one build per database at a time: four threads asking at once had scanned four
+            # times (38 s and 2.6 GB against 7 s and 0.7 GB)
+            building = _BUILDING.setdefault(memo_key, threading.Lock())
+        with building:
+            with _MEMO_LOCK:
+                hit = _MEMO.get(memo_key)
+            if hit is not None:
+                return hit
+            folder = root / f"{_safe_name(db.name)}-{db.fingerprint}"
+            index = cls._load(folder, db, params) if persist else None
+            if index is None:
+                index = cls._scan(db, max_values_per_column, max_value_chars)
+                if persist:
+                    index._save(folder, params)
+            with _MEMO_LOCK:
+                _MEMO[memo_key] = index
+                _BUILDING.pop(memo_key, None)
         return index
 
     @classmethod
@@ -255,6 +266,7 @@ class ValueIndex:
             "offsets": self.offsets.tolist(),
             "values": self.values_list,
         }
+        tmp: Path | None = None
         try:
             folder.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
@@ -266,6 +278,8 @@ class ValueIndex:
             os.replace(tmp, folder)
         except OSError as err:
             logger.warning("could not cache the value index at %s: %s", folder, err)
+            if tmp is not None:  # another process's index took the place: leave no half copy
+                shutil.rmtree(tmp, ignore_errors=True)
 
     @classmethod
     def _load(cls, folder: Path, db: Database, params: dict[str, int]) -> ValueIndex | None:

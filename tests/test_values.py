@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import DEMO_CONCERT_DB
 
 from sqlweave import values as values_mod
 from sqlweave.db import Database
@@ -179,3 +180,32 @@ def test_superhero_values(data_root: Path, tmp_path: Path) -> None:
         assert index.match("male", "gender", "gender")[0].value == "Male"
         assert index.match("marvel", "publisher", "publisher_name")[0].value == "Marvel Comics"
     clear_memory_cache()
+
+
+def test_threads_asking_at_once_build_one_index(tmp_path: Path, monkeypatch) -> None:
+    """Found by review: four threads scanned the database four times (and left half-written
+    copies in the cache folder when they lost the race to save)."""
+    import threading
+
+    from sqlweave.values import ValueIndex
+
+    scans = []
+    real = ValueIndex._scan.__func__
+
+    def counted(cls, *args, **kwargs):
+        scans.append(1)
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(ValueIndex, "_scan", classmethod(counted))
+    db = Database.open(DEMO_CONCERT_DB)
+    built = []
+    threads = [
+        threading.Thread(target=lambda: built.append(ValueIndex.build(db, cache_dir=tmp_path)))
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(scans) == 1 and len({id(index) for index in built}) == 1
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
