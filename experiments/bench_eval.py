@@ -68,7 +68,9 @@ def experiment_triples(paths: dict) -> list[dict[str, str]]:
             if not line.strip():
                 continue
             r = json.loads(line)
-            path = paths[(r.get("source") or "spider", r["db_id"])]
+            path = paths.get((r.get("source") or "spider", r["db_id"]))
+            if path is None:  # a database built for one study (merged schemas), not bundled
+                continue
             triples.append(
                 {
                     "kind": "experiments",

@@ -44,8 +44,6 @@ import functools
 import logging
 import re
 import sqlite3
-from collections import Counter
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +55,13 @@ from sqlglot.tokens import TokenType
 from sqlweave.db import Database, ExecutionError, QueryResult
 from sqlweave.errors import SqlweaveError
 from sqlweave.hardness import HARDNESS_LEVELS, spider_hardness  # noqa: F401 - re-exported
+from sqlweave.resultmatch import (  # noqa: F401 - the caps re-exported
+    MANY_ARRANGEMENTS,
+    MAX_ARRANGEMENT_STEPS,
+    Rows,
+    as_rows,
+    spider_equal,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +77,6 @@ OFFICIAL_MAX_ROWS = 2_000_000
 OFFICIAL_MAX_BYTES = 1 << 30
 #: The gold query must run; it gets at least this long whatever the prediction's timeout.
 GOLD_MIN_TIMEOUT_S = 120.0
-
-Rows = Sequence[Sequence[Any]]
 
 
 class GoldQueryError(SqlweaveError, RuntimeError):
@@ -102,119 +105,6 @@ def _is_bird(semantics: str) -> bool:
 # --- comparing results ------------------------------------------------------------------------
 
 
-def _rows(result: QueryResult | Rows) -> list[tuple[Any, ...]]:
-    rows = result.rows if isinstance(result, QueryResult) else result
-    return [tuple(_hashable(v) for v in row) for row in rows]
-
-
-def _hashable(value: Any) -> Any:
-    """A value rows can be counted and compared by: DuckDB's lists and structs and
-    PostgreSQL's arrays (list, dict) as tuples, element by element."""
-    if isinstance(value, list | tuple):
-        return tuple(_hashable(v) for v in value)
-    if isinstance(value, dict):
-        return tuple((k, _hashable(v)) for k, v in value.items())
-    return value
-
-
-def _unorder_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    # The official canonical form of a row: its values sorted by text and type.
-    return tuple(sorted(row, key=lambda x: str(x) + str(type(x))))
-
-
-#: Column arrangements past which the official pre-check runs before the search: columns whose
-#: values all look alike (flags of 0 and 1) make every arrangement a candidate, and ten such
-#: columns are 3.6 million of them (seconds to hours), where the pre-check answers at once.
-MANY_ARRANGEMENTS = 120
-
-
-def _column_candidates(gold_cols: list[tuple], pred_cols: list[tuple]) -> list[list[int]]:
-    """For each gold column, the pred columns that could stand in its place: a pred column is a
-    candidate for gold column ``i`` only if all its values occur in gold column ``i`` (a
-    necessary condition, so pruning never changes the verdict)."""
-    ncols = len(gold_cols)
-    gold_sets = [set(c) for c in gold_cols]
-    pred_sets = [set(c) for c in pred_cols]
-    return [[j for j in range(ncols) if pred_sets[j] <= gold_sets[i]] for i in range(ncols)]
-
-
-def _column_permutations(candidates: list[list[int]]) -> Iterator[tuple[int, ...]]:
-    """Column permutations that could make pred equal gold; ``perm[i]`` is pred's column placed
-    at position ``i``, chosen among ``candidates[i]`` (:func:`_column_candidates`)."""
-    ncols = len(candidates)
-
-    def extend(prefix: list[int], used: set[int]) -> Iterator[tuple[int, ...]]:
-        i = len(prefix)
-        if i == ncols:
-            yield tuple(prefix)
-            return
-        for j in candidates[i]:
-            if j not in used:
-                prefix.append(j)
-                used.add(j)
-                yield from extend(prefix, used)
-                prefix.pop()
-                used.discard(j)
-
-    yield from extend([], set())
-
-
-def _keyed_rows(cols: Sequence[tuple]) -> list[tuple]:
-    """Each row as the text and type of its values (the official sort key), built column-wise."""
-    return list(
-        zip(*[tuple(map(str, c)) for c in cols], *[tuple(map(type, c)) for c in cols], strict=True)
-    )
-
-
-def _quick_rej(gold: list[tuple], pred: list[tuple], ordered: bool) -> bool:
-    """The official pre-check: rows with their values sorted must agree (as lists or sets)."""
-    g = [_unorder_row(r) for r in gold]
-    p = [_unorder_row(r) for r in pred]
-    return g == p if ordered else set(g) == set(p)
-
-
-def _spider_equal(gold: list[tuple], pred: list[tuple], ordered: bool) -> bool:
-    """``result_eq`` of the official test-suite evaluation, verdict for verdict.
-
-    The official order is: a pre-check on rows with sorted values, then a search for a column
-    permutation under which the rows are equal. We search first (column-wise, no loop over
-    values in Python) and run the pre-check only on a match, unless the columns allow more than
-    :data:`MANY_ARRANGEMENTS` arrangements: then the pre-check comes first, as officially. There it almost always passes on the
-    fast test that the matched values have the same text and type; only values that are equal
-    but print differently (``1`` and ``1.0``, ``0.0`` and ``-0.0``) take the official row loop.
-    """
-    if not gold and not pred:
-        return True
-    if len(gold) != len(pred):
-        return False
-    ncols = len(gold[0])
-    if len(pred[0]) != ncols:
-        return False
-    gold_cols, pred_cols = list(zip(*gold, strict=True)), list(zip(*pred, strict=True))
-    candidates = _column_candidates(gold_cols, pred_cols)
-    arrangements = 1
-    for options in candidates:
-        arrangements *= len(options)
-    if arrangements > MANY_ARRANGEMENTS and not _quick_rej(gold, pred, ordered):
-        return False  # the official order runs this first: the verdict is the same
-    gold_counts: Counter | None = None
-    for perm in _column_permutations(candidates):
-        cols = [pred_cols[j] for j in perm]
-        permuted = pred if perm == tuple(range(ncols)) else list(zip(*cols, strict=True))
-        if ordered:
-            if permuted != gold:
-                continue
-        else:
-            if gold_counts is None:
-                gold_counts = Counter(gold)
-            if Counter(permuted) != gold_counts:
-                continue
-        keyed_gold, keyed_pred = _keyed_rows(gold_cols), _keyed_rows(cols)
-        same_keys = keyed_gold == keyed_pred if ordered else set(keyed_gold) == set(keyed_pred)
-        return same_keys or _quick_rej(gold, pred, ordered)
-    return False
-
-
 def results_match(
     pred: QueryResult | Rows,
     gold: QueryResult | Rows,
@@ -228,10 +118,10 @@ def results_match(
     queries are prepared and run (:func:`check_execution`).
     """
     sem = resolve_semantics(semantics)
-    pred_rows, gold_rows = _rows(pred), _rows(gold)
+    pred_rows, gold_rows = as_rows(pred), as_rows(gold)
     if _is_bird(sem):
         return set(pred_rows) == set(gold_rows)
-    return _spider_equal(gold_rows, pred_rows, ordered)
+    return spider_equal(gold_rows, pred_rows, ordered)
 
 
 # --- the official text passes -----------------------------------------------------------------

@@ -496,7 +496,7 @@ def test_semantics_names():
 def test_columns_that_all_look_alike_are_pre_checked_before_any_arrangement(monkeypatch) -> None:
     """Ten 0/1 columns allow 10! arrangements: the official pre-check (rows with their values
     sorted) rejects these rows first, so no arrangement is tried (seconds to hours before)."""
-    from sqlweave import metrics
+    from sqlweave import metrics, resultmatch
 
     gold = [tuple((i + j) % 2 for j in range(10)) for i in range(2)]
     pred = [tuple(i for _ in range(10)) for i in range(2)]
@@ -504,7 +504,7 @@ def test_columns_that_all_look_alike_are_pre_checked_before_any_arrangement(monk
     def no_search(_candidates):
         raise AssertionError("searched the arrangements")
 
-    monkeypatch.setattr(metrics, "_column_permutations", no_search)
+    monkeypatch.setattr(resultmatch, "_column_permutations", no_search)
     assert not metrics.results_match(pred, gold, "spider")
 
 
@@ -527,3 +527,23 @@ def test_the_pre_check_first_gives_the_official_verdicts() -> None:
         for ordered in (False, True):
             expected = result_eq(gold, pred, ordered, random.Random(1))
             assert results_match(pred, gold, "spider", ordered=ordered) == expected
+
+
+def test_a_thousand_columns_compare_without_recursion() -> None:
+    """Found by review: the arrangement search recursed once per column (RecursionError)."""
+    row = tuple(range(1000))
+    assert results_match([row], [row], "spider")
+    assert not results_match([row], [tuple(range(1, 1001))], "spider")
+
+
+def test_an_endless_arrangement_search_is_cut_and_called_unequal(caplog) -> None:
+    """Twelve 0/1 columns whose rows pass the pre-check: a 12-cycle against two 6-cycles (every
+    column alike, no arrangement matches) searched for hours; now it stops at the step cap."""
+    k, h = 12, 6
+    gold = [tuple(int(j in (i, (i + 1) % k)) for j in range(k)) for i in range(k)]
+    pred = [
+        tuple(int(j // h == i // h and j % h in (i % h, (i % h + 1) % h)) for j in range(k))
+        for i in range(k)
+    ]
+    assert not results_match(pred, gold, "spider")
+    assert "no arrangement found" in caplog.text

@@ -236,12 +236,9 @@ def _stored(db: Database | None, table: str, column: str, value: str) -> bool:
     only before a rewrite); False without a database or when the lookup fails."""
     if db is None:
         return False
-    probe = (
-        exp.select("1")
-        .from_(exp.to_table(table, quoted=True))
-        .where(exp.column(column, quoted=True).eq(exp.Literal.string(value)))
-        .limit(1)
-    )
+    target = exp.Table(this=exp.to_identifier(table, quoted=True))  # a dot is part of a name
+    match = exp.column(column, quoted=True).eq(exp.Literal.string(value))
+    probe = exp.select("1").from_(target).where(match).limit(1)
     try:
         return bool(db.execute(probe.sql(dialect=db.dialect), timeout_s=2.0, max_rows=1).rows)
     except ExecutionError:
