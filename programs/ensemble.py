@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import dspy
+from dspy.utils.exceptions import ContextWindowExceededError
 
 from sqlweave.db import Database
 from sqlweave.lm import kept_prompts
@@ -293,10 +294,13 @@ class EnsembleSQL(SQLProgram):
             if self.early_stop and self._plain_vote and sqls and tally.settled(sqls, remaining):
                 logger.debug("ensemble: the vote is settled before %s", name)
                 break
-            prompt = self._prompt(name, ran, ask, db)
+            try:
+                prompt = self._prompt(name, ran, ask, db)
+                drawn = list(getattr(self, f"sample_{name}")(db=db, **prompt.inputs))
+            except ContextWindowExceededError as err:
+                _too_long(name, err, pools, last=position == len(self.names) - 1)
+                continue
             schema_text = schema_text or prompt.schema
-            sampler = getattr(self, f"sample_{name}")
-            drawn = list(sampler(db=db, **prompt.inputs))
             pools[name] = self._ruled(drawn, ran, ask["question"], db)
         return pools, schema_text
 
@@ -311,23 +315,27 @@ class EnsembleSQL(SQLProgram):
         prompts: dict[str, Any] = {}
         pools: dict[str, list[str]] = {}
         with kept_prompts():
-            for name in self.names:
-                prompts[name] = self._prompt(name, ran, ask, db)
-                sampler = getattr(self, f"sample_{name}")
-                greedy = sampler.first(db, **prompts[name].inputs)
+            for position, name in enumerate(self.names):
+                try:
+                    prompt = self._prompt(name, ran, ask, db)
+                    greedy = getattr(self, f"sample_{name}").first(db, **prompt.inputs)
+                except ContextWindowExceededError as err:
+                    _too_long(name, err, pools, last=position == len(self.names) - 1)
+                    continue
+                prompts[name] = prompt
                 pools[name] = self._ruled(greedy, ran, ask["question"], db)
-        schema_text = prompts[self.names[0]].schema
+        schema_text = next(iter(prompts.values())).schema
         firsts = [pool[0] for pool in pools.values()]
         outcomes = [tally.outcome(sql) for sql in firsts]
         if greedy_agree(firsts, outcomes, db.dialect, ValueLookup(db)):
             logger.debug("ensemble: the greedy candidates agree; no samples drawn")
             if self.probe:  # for the confidence alone: it cannot outvote the agreeing pair
-                first = self.names[0]
+                first = next(iter(prompts))
                 sampler = getattr(self, f"sample_{first}")
                 drawn = sampler.probe(db, **prompts[first].inputs)
                 pools[first] += self._ruled(drawn, ran, ask["question"], db)
             return pools, schema_text
-        for name in reversed(self.names):
+        for name in reversed(list(prompts)):
             sampler = getattr(self, f"sample_{name}")
             rest = sampler.rest(db, **prompts[name].inputs)
             pools[name] += self._ruled(rest, ran, ask["question"], db)
@@ -382,6 +390,18 @@ class EnsembleSQL(SQLProgram):
             schema=schema_text,
             drawn=drawn,
         )
+
+
+def _too_long(
+    name: str, err: ContextWindowExceededError, pools: Mapping[str, Any], *, last: bool
+) -> None:
+    """A prompt over the model's window (``dubo_v1``'s sample rows are the longest): the other
+    generators' candidates still answer; only when none is left is it the question's failure."""
+    if last and not pools:
+        raise err
+    logger.warning(
+        "ensemble: %s's prompt is over the model's window; its candidates are left out", name
+    )
 
 
 __all__ = ["DEFAULT_GENERATORS", "EnsembleSQL", "parse_names", "parse_samples", "parse_weights"]

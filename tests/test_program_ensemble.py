@@ -391,3 +391,29 @@ def test_the_ensemble_is_a_registered_program_and_evaluation_records_its_pool(
         "dubo_v1:sampled",
     }
     assert summary["oracle_ex"] >= summary["ex"]
+
+
+@pytest.mark.parametrize("cascade", [True, False])
+def test_a_prompt_over_the_window_leaves_the_other_generator_s_answer(
+    db, monkeypatch, cascade
+) -> None:
+    """Found by review: one generator's prompt over the model's window (dubo_v1's rows are the
+    longest) failed the whole question though the other's candidates were good; only when
+    every prompt is over is it the question's failure."""
+    from dspy.utils.exceptions import ContextWindowExceededError
+
+    program = EnsembleSQL(
+        generators="direct,dubo_v1", samples=2, cascade=cascade, corrector="none", **VOTE
+    )
+
+    def too_long(*_args, **_kwargs):
+        raise ContextWindowExceededError(model="m")
+
+    monkeypatch.setattr(program.generator("dubo_v1"), "prompt", too_long)
+    with dspy.context(lm=DummyLM([{"sql": RIGHT}, {"sql": RIGHT}])):
+        pred = program(question=QUESTION, db=db)
+    assert pred.sql == RIGHT and pred.drawn == ["direct"]
+    assert pred.candidate_origins == ["direct:greedy", "direct:sampled"]
+    monkeypatch.setattr(program.generator("direct"), "prompt", too_long)
+    with dspy.context(lm=DummyLM([{"sql": RIGHT}])), pytest.raises(ContextWindowExceededError):
+        program(question=QUESTION, db=db)
