@@ -59,6 +59,17 @@ class ProcessCache:
                 self._building.pop(full, None)
         return value
 
+    def forget(self, namespace: str) -> None:
+        """Forget the values cached under ``namespace`` alone (a module's own ``clear``)."""
+        with self._lock:
+            for full in [k for k in self._values if k[0] == namespace]:
+                del self._values[full]
+
+    def cached(self, namespace: str) -> int:
+        """How many values ``namespace`` holds now."""
+        with self._lock:
+            return sum(1 for k in self._values if k[0] == namespace)
+
     def put(self, value: Any) -> str:
         """Keep ``value`` for the life of the process (until :meth:`clear`); return its token."""
         with self._lock:

@@ -306,4 +306,4 @@ def test_one_clear_forgets_every_process_cache(db: Database) -> None:
     assert not schema_module._CACHE and not skeleton.cache_info().currsize
     from sqlweave import values as values_module
 
-    assert not values_module._MEMO
+    assert not CACHE.cached(values_module.MEMO_NAMESPACE)
