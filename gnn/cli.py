@@ -40,6 +40,17 @@ def train(
     from sqlweave.gnn.retriever import default_model_path, train_retriever
     from sqlweave.gnn.train import TrainConfig
 
+    if split != "train":  # the pool's demos must come from train (retrieval.check_pool)
+        raise typer.BadParameter(
+            f"the pool is Spider train; --split {split!r} is not", param_hint="--split"
+        )
+    for name, value, least in (
+        ("--epochs", epochs, 1),
+        ("--batch-size", batch_size, 1),
+        ("--n", n, 0),
+    ):
+        if value < least:
+            raise typer.BadParameter(f"must be at least {least}, not {value}", param_hint=name)
     if threads:
         torch.set_num_threads(threads)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -81,14 +92,16 @@ def retrieve(
     probe = draft_sql or sql
     if not probe:
         raise typer.BadParameter("give a SQL string or --draft-sql")
+    if k < 1:
+        raise typer.BadParameter(f"must be at least 1, not {k}", param_hint="--k")
     pool = load_spider("train", root=data_root)
     try:
         retriever = GraphRetriever(
             pool, model_path=model, exclude_same_db=exclude_same_db, one_per_db=one_per_db
         )
-    except FileNotFoundError as err:
-        typer.echo(str(err), err=True)
-        raise typer.Exit(1) from err
+    except (FileNotFoundError, ValueError) as err:  # no model there, or no model in the file
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from err
     example = dspy.Example(question=question, db_id=db_id, draft_sql=probe)
     demos = retriever.retrieve(example, k)
     if not demos:

@@ -363,12 +363,15 @@ def parse_graph(
     """
     try:
         tree = sqlglot.parse_one(sql, read=dialect)
-    except (ParseError, TokenError) as err:
-        raise GraphError(f"cannot parse SQL into a graph: {err}") from err
+    except (ParseError, TokenError, RecursionError) as err:
+        raise GraphError(f"cannot parse SQL into a graph: {type(err).__name__}") from err
     if tree is None:
         raise GraphError(f"empty SQL: {sql!r}")
     walker = _Walker(catalog_tables or {})
-    walker.walk(tree, walker.root, [])
+    try:
+        walker.walk(tree, walker.root, [])
+    except RecursionError as err:  # a thousand ORs: skipped in a pool, zero-shot as a draft
+        raise GraphError("SQL nested too deeply to read as a graph") from err
     return walker.g
 
 

@@ -116,8 +116,10 @@ class GraphRetriever:
         dialect: str | None = "sqlite",
         batch_size: int = 256,
         index: dict[str, Any] | None = None,
+        allow_non_train: bool = False,
     ) -> None:
-        check_pool(pool)
+        if not allow_non_train:  # a user's own question bank, as every retriever takes it
+            check_pool(pool)
         self.pool = list(pool)
         self.exclude_same_db = exclude_same_db
         self.one_per_db = one_per_db
@@ -209,14 +211,18 @@ class GraphRetriever:
         def db_of(pos: int) -> Any:
             return _get(self.pool[self.rows[pos]], "db_id")
 
+        # the question as the other retrievers key it (case and surrounding blanks aside), on
+        # its database or, when the example names none, on any
+        asked = None if question is None else str(question).strip().lower()
+
         def is_query(pos: int) -> bool:
             item = self.pool[self.rows[pos]]
             if qid is not None and _get(item, "question_id") == qid:
                 return True
             return (
-                question is not None
-                and _get(item, "question") == question
-                and (_get(item, "db_id") == db_id)
+                asked is not None
+                and str(_get(item, "question") or "").strip().lower() == asked
+                and (db_id is None or str(_get(item, "db_id")) == str(db_id))
             )
 
         chosen = pick_demos(

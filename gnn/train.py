@@ -194,9 +194,16 @@ def save_checkpoint(path: str | Path, model: GraphContrastiveModel, **extra: Any
 def load_checkpoint(path: str | Path) -> tuple[GraphContrastiveModel, dict[str, Any]]:
     """Load a model saved by :func:`save_checkpoint`; returns it (eval mode) and the payload."""
     path = Path(path).expanduser()
-    payload = torch.load(path, map_location="cpu", weights_only=True)
-    if payload.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a sqlweave graph model (format {payload.get('format')!r})")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # noqa: BLE001 - torch's unpickling errors are many; one message
+        # (never weights_only=False, which torch's own message suggests: it runs the file's code)
+        raise ValueError(f"{path} is not a sqlweave graph model (it cannot be read)") from err
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise ValueError(f"{path} is not a sqlweave graph model (format {found!r})")
     model = GraphContrastiveModel.from_config(GNNConfig.from_dict(payload["config"]))
     model.load_state_dict(payload["state_dict"])
     model.eval()

@@ -163,6 +163,22 @@ def pet_schema_text(
     return f"{optimization_rule(db.dialect)}\n{text}" if rule else text
 
 
+def _check_retriever(name: str) -> None:
+    """Refuse, when the program is built, a retriever PET cannot use: its demos are chosen from
+    the question before any SQL exists, so ``graph`` (which reads a draft SQL) would fail at
+    every question, as an unknown name would."""
+    from sqlweave.programs.stages.retrieval import RETRIEVERS
+
+    if name not in RETRIEVERS:
+        raise ValueError(f"unknown retriever {name!r}; choose one of {', '.join(RETRIEVERS)}")
+    if name == "graph":
+        usable = ", ".join(n for n in RETRIEVERS if n != "graph")
+        raise ValueError(
+            f"pet chooses its demos before any SQL exists; the graph retriever needs a draft "
+            f"SQL (MageSQL's): choose one of {usable}"
+        )
+
+
 class PETSQL(SQLProgram):
     """PET-SQL as a DSPy program (module docstring: stages, switches, local stand-ins).
 
@@ -267,6 +283,7 @@ class PETSQL(SQLProgram):
         self.switches["hardness_voters"] = None if hardness_voters is None else voters
         self.finsql_models = refs
         self.hardness_voters = voters
+        _check_retriever(retriever)
         self.demo_source = DemoSource(retriever, num_demos, pool=pool, encoder=encoder)
         self.presql = Generator(GenerateSQL)
         self.finsql = Generator(GenerateSQL)

@@ -439,7 +439,10 @@ def tree_pq_grams(tree: LabelTree, p: int = 2, q: int = 3) -> Counter[tuple[str,
 
 @functools.lru_cache(maxsize=32768)
 def _cached_profile(sql: str, p: int, q: int, dialect: str) -> Counter[tuple[str, ...]]:
-    return tree_pq_grams(structure_tree(sql, dialect), p, q)
+    try:
+        return tree_pq_grams(structure_tree(sql, dialect), p, q)
+    except RecursionError:  # nested past the stack: no structure to compare, as for no parse
+        return Counter()
 
 
 def pq_gram_profile(

@@ -324,3 +324,14 @@ def test_lm_that_raises_during_evaluate_is_recorded(
     assert "2 of 2 questions failed outside their SQL (RuntimeError x2)" in result.output
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert all(r["error_kind"] == "program" and "connection refused" in r["error"] for r in records)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"), [("graph", "needs a draft SQL"), ("bogus", "unknown retriever")]
+)
+def test_pet_refuses_a_retriever_it_cannot_use_when_built(name: str, message: str) -> None:
+    """Found by review: it built, then failed at every question."""
+    from sqlweave.programs import get
+
+    with pytest.raises(ValueError, match=message):
+        get("pet", retriever=name)

@@ -148,4 +148,62 @@ def test_cli_train_and_missing_model(spider_root, tmp_path):
             str(spider_root.parent),
         ],
     )
-    assert missing.exit_code == 1 and "sqlweave gnn train" in missing.output
+    assert missing.exit_code == 2 and "sqlweave gnn train" in missing.output
+
+
+def test_the_question_itself_is_never_a_demo_whatever_its_case_or_database(pool):
+    """Found by review: only the exact text was skipped (Spider train holds the same question in
+    lower case), and a probe naming no database skipped nothing."""
+    retriever = make(pool)
+    ex = pool[10]
+    for question, db_id in (
+        (ex.question.upper() + "  ", ex.db_id),
+        (ex.question, None),
+    ):
+        got = retriever.retrieve(probe(ex.gold_sql, db_id, question=question), k=80)
+        assert all(d.question.strip().lower() != ex.question.strip().lower() for d in got)
+
+
+def test_a_graph_retriever_takes_a_users_own_bank(pool):
+    bank = [dspy.Example(**{**dict(item), "split": "mine"}) for item in pool[:6]]
+    with pytest.raises(ValueError, match="train split"):
+        make(bank)
+    assert len(make(bank, allow_non_train=True).rows) == 6
+
+
+def test_sql_nested_past_the_stack_is_skipped_not_a_crash(pool):
+    from sqlweave.gnn.graph import GraphError, parse_graph
+    from sqlweave.sqlstruct import pq_gram_profile
+
+    deep = "SELECT name FROM singer WHERE " + " OR ".join(f"age = {i}" for i in range(3000))
+    with pytest.raises(GraphError):
+        parse_graph(deep)
+    assert not pq_gram_profile(deep)
+    retriever = make(pool)
+    assert retriever.retrieve(probe(deep, pool[0].db_id), k=3) == []
+    assert len(make([*pool[:5], dspy.Example(**{**dict(pool[5]), "gold_sql": deep})]).rows) == 5
+
+
+@pytest.mark.parametrize("content", [b"garbage bytes", b"", "list"])
+def test_a_file_that_holds_no_graph_model_is_one_clear_error(pool, tmp_path, content):
+    path = tmp_path / "model.pt"
+    if content == "list":
+        torch.save([1, 2], path)
+    else:
+        path.write_bytes(content)
+    with pytest.raises(ValueError, match="is not a sqlweave graph model"):
+        GraphRetriever(pool, model_path=path)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "--split", "dev"], "--split"),
+        (["train", "--batch-size", "0"], "--batch-size"),
+        (["retrieve", "SELECT 1", "--k", "0"], "--k"),
+    ],
+)
+def test_the_gnn_commands_refuse_bad_options_in_one_line(args, message):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and message in result.output
+    assert "Traceback" not in result.output
