@@ -447,11 +447,8 @@ def _open_out(
                     "pred_sql or verdict): is it a questions file? Give another out_path"
                 )
             ex = wanted.get(qid)
-            if ex is not None and record.get("gold_sql") != ex.gold_sql:
-                raise ValueError(
-                    f"{out}: record {qid} has another gold query than the example; "
-                    "this file belongs to a different dataset (use another out_path)"
-                )
+            if ex is not None:
+                _same_question(out, qid, record, ex)
             scored = record.get("semantics")
             scoring = (semantics or semantics_for(ex)) if ex is not None else None
             if scored and scoring and scored != scoring:
@@ -474,6 +471,22 @@ def _open_out(
         out.write_text("")
     write_identity(out, identity)
     return done, in_file, stale
+
+
+def _same_question(out: Path, qid: str, record: dict[str, Any], example: Any) -> None:
+    """Refuse to take ``record`` as ``example``'s answer when it asked something else: another
+    gold query, another question text (an edited file keeps its ids) or another database."""
+    for field, ours in (
+        ("gold_sql", example.gold_sql),
+        ("question", example.question),
+        ("db_id", example.db_id),
+    ):
+        if field in record and record[field] != ours:
+            raise ValueError(
+                f"{out}: record {qid} has another {field.replace('_', ' ')} than the example "
+                f"({record[field]!r} vs {ours!r}); this file belongs to a different dataset "
+                "(use another out_path)"
+            )
 
 
 def _answer(

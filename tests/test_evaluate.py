@@ -586,3 +586,37 @@ def test_a_complete_last_line_that_is_no_record_is_an_error_not_a_truncation(tmp
     with pytest.raises(ValueError, match="line 1 is not a valid record"):
         read_records(out, repair=True)
     assert out.read_text() == '{"not": "records"}\n'
+
+
+def test_a_resume_refuses_records_of_another_question_or_database(tmp_path) -> None:
+    """Found by review: an edited question (same id) or the same id on another database took
+    the old record as its answer (EX 100 % from another file's run)."""
+    import dspy
+
+    from sqlweave.evaluate import evaluate
+
+    def example(question: str, db_id: str) -> dspy.Example:
+        return dspy.Example(
+            question_id="q1",
+            question=question,
+            db_id=db_id,
+            db_path="",
+            gold_sql="SELECT 1",
+            evidence="",
+            difficulty="easy",
+            source="spider",
+        ).with_inputs("question", "db_id", "db_path", "evidence")
+
+    out = tmp_path / "r.jsonl"
+    out.write_text(json.dumps({
+        "question_id": "q1", "db_id": "shop", "question": "How many?", "gold_sql": "SELECT 1",
+        "pred_sql": "SELECT 1", "correct": True, "semantics": "official-spider",
+    }) + "\n")  # fmt: skip
+    for question, db_id, field in (
+        ("How many now?", "shop", "question"),
+        ("How many?", "hr", "db id"),
+    ):
+        with pytest.raises(ValueError, match=f"another {field} than the example"):
+            evaluate(
+                lambda **_: "SELECT 1", [example(question, db_id)], out_path=out, progress=False
+            )
