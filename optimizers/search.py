@@ -523,6 +523,9 @@ class SwitchSearch(SQLTeleprompter):
                 "n_trials": self.n_trials,
                 "n_val": len(run.val),
                 "chosen": chosen,
+                # what the program ran before, on the searched switches (its values, in the
+                # space or not): "moved" and "kept" are read against it (cli.describe)
+                "started_from": {k: run.base[k] for k in run.space if k in run.base},
                 "best_score": best["score"] if best is not None else None,
                 "baseline_score": baseline_score,
                 "budget_stopped": self.budget_stopped,

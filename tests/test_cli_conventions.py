@@ -287,6 +287,21 @@ def test_a_search_that_kept_the_defaults_says_why() -> None:
         extra={"details": {"search": {**search, "chosen": {"samples": 3}}}},
     )
     assert _kept_defaults_line(moved, programs.get("direct", samples=3)) is None
+    # Found by review: where the program's own switches lay outside the space, the grid's first
+    # trial is no baseline; what the program started from is recorded and read instead.
+    from sqlweave.cli.describe import search_moved
+
+    outside = {
+        **search,
+        "chosen": {"samples": 1},
+        "started_from": {"samples": 8},
+        "trials": [*search["trials"], {"switches": {"samples": 8}, "score": 0.4}],
+    }
+    wandered = ArtifactMeta(
+        program="direct", switches={"samples": 1}, extra={"details": {"search": outside}}
+    )
+    assert search_moved(wandered) == {"samples": 1}
+    assert _kept_defaults_line(wandered, programs.get("direct", samples=1)) is None
 
 
 def test_evaluate_json_with_a_baseline(

@@ -115,6 +115,7 @@ def test_search_picks_the_better_configuration(
     # The program's own configuration is the first trial: the search never does worse than it.
     assert trials[0]["switches"] == {"schema_layout": "native"} and trials[0]["score"] == 0.0
     assert search["baseline_score"] == 0.0
+    assert search["started_from"] == {"schema_layout": "native"}
     assert sorted(t["switches"]["schema_layout"] for t in trials) == sorted(
         LAYOUTS["schema_layout"]
     )

@@ -90,11 +90,15 @@ def search_of(meta: Any) -> dict[str, Any]:
 
 
 def search_moved(meta: Any) -> dict[str, Any]:
-    """The switches a switch search chose away from the program it started from (its first
-    trial); empty when it kept them or there was no search."""
+    """The switches a switch search chose away from the program it started from (recorded as
+    ``started_from``; an artefact of an older release: its first trial, which was the program
+    whenever the program's switches lay in the space); empty when it kept them or there was no
+    search."""
     search = search_of(meta)
-    trials = search.get("trials") or []
-    start = trials[0].get("switches", {}) if trials and isinstance(trials[0], dict) else {}
+    start = search.get("started_from")
+    if not isinstance(start, dict):
+        trials = search.get("trials") or []
+        start = trials[0].get("switches", {}) if trials and isinstance(trials[0], dict) else {}
     chosen = search.get("chosen") or {}
     return {k: v for k, v in chosen.items() if start.get(k, v) != v}
 
@@ -248,9 +252,14 @@ def kept_defaults_line(meta: Any, program: Any) -> str | None:
         return None
     search = search_of(meta)
     trials = [t for t in search.get("trials", []) if t.get("score") is not None]
-    if len(trials) > 1:
-        others = max(t["score"] for t in trials[1:])
-        own = trials[0]["score"]
+    # here the search chose the program's own switches (nothing moved): its trial is the
+    # chosen one, wherever it stood in the history (a grid puts it first only when the
+    # program's switches lie in the space)
+    chosen = search.get("chosen", trials[0].get("switches") if trials else None)
+    own_scores = [t["score"] for t in trials if t.get("switches") == chosen]
+    other_scores = [t["score"] for t in trials if t.get("switches") != chosen]
+    if own_scores and other_scores:
+        own, others = max(own_scores), max(other_scores)
         why = (
             "they won"
             if own > others
