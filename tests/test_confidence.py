@@ -208,6 +208,19 @@ def test_a_low_answer_carries_the_next_readings(db: Database) -> None:
     assert assess("q", [], "", db).confidence is None
 
 
+def test_an_answer_in_no_reading_loses_no_alternative_and_cut_rows_say_so(db: Database) -> None:
+    """Found by review: where the answer failed (or a corrector rewrote it) the first reading,
+    the most shared, was dropped as if it were the answer's own; and an alternative cut to its
+    first rows said it was complete."""
+    names = "SELECT Name FROM singer"
+    pool = [CONCERTS] * 2 + [names] + ["SELECT nope FROM singer"]
+    judged = assess("q", pool, "SELECT nope FROM singer", db, threshold=0.99)
+    assert [a.sql for a in judged.alternatives] == [CONCERTS, names]
+    listed = judged.alternatives[1].as_dict()
+    assert len(listed["rows"]) == 5 and listed["truncated"] is True  # singer holds 6
+    assert judged.alternatives[0].as_dict()["truncated"] is False
+
+
 def test_the_shipped_file_is_complete() -> None:
     payload = json.loads(WEIGHTS_FILE.read_text(encoding="utf-8"))
     assert payload["features"] == list(FEATURES)

@@ -40,14 +40,23 @@ class Reading:
     columns: tuple[str, ...]
     rows: tuple[tuple[Any, ...], ...]
     share: float
+    #: more rows than :data:`READING_ROWS` were returned (the preview says so)
+    truncated: bool = False
+    #: the answer's own reading (never shown as an alternative to itself)
+    own: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "sql": self.sql,
             "columns": list(self.columns),
             "rows": [list(r) for r in self.rows],
+            "truncated": self.truncated,
             "share": round(self.share, 3),
         }
+
+
+#: Rows a reading keeps for its preview.
+READING_ROWS = 5
 
 
 @dataclass(frozen=True)
@@ -137,13 +146,19 @@ def evidence(
         **alignment(question, sql),
         **(sql_shape(sql, db) if shape else {}),
     }
+    mine = groups[own].first if own is not None else None
     readings = [
-        Reading(pool[g.first], g.result.columns, g.result.rows[:5], len(g.members) / n)
+        Reading(
+            pool[g.first],
+            g.result.columns,
+            g.result.rows[:READING_ROWS],
+            len(g.members) / n,
+            truncated=len(g.result.rows) > READING_ROWS or g.result.truncated,
+            own=g.first == mine,
+        )
         for g in ranked_groups(groups)
     ]
-    if own is not None:
-        mine = groups[own]
-        readings.sort(key=lambda r: r.sql != pool[mine.first])
+    readings.sort(key=lambda r: not r.own)  # stable: the answer's own first, then by share
     return features, readings
 
 
@@ -198,7 +213,9 @@ def assess(
     distinct = [c for c in dict.fromkeys(candidates) if c]
     model = models["pool"] if len(distinct) > 1 or len(candidates) > 1 else models["single"]
     confidence = recalibrated(model.probability(features), recalibration)
-    alternatives = tuple(readings[1 : 1 + max_alternatives])
+    # the answer's own reading is no alternative; where the answer is in no class (it failed, or
+    # a corrector rewrote it), the most shared reading is the first alternative
+    alternatives = tuple(r for r in readings if not r.own)[:max_alternatives]
     return Assessment(confidence, confidence < cut, features, alternatives)
 
 

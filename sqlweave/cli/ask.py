@@ -92,5 +92,6 @@ def print_confidence(result: Any, max_rows: int) -> None:
     for i, alt in enumerate(result.get("alternatives") or [], 1):
         typer.echo(f"other reading {i} ({100 * alt['share']:.0f}% of the candidates): {alt['sql']}")
         rows = tuple(tuple(r) for r in alt["rows"])
-        preview = QueryResult(tuple(alt["columns"]), rows).preview(max_rows=min(max_rows, 5))
+        cut = bool(alt.get("truncated"))  # the reading kept its first rows only
+        preview = QueryResult(tuple(alt["columns"]), rows, cut).preview(max_rows=min(max_rows, 5))
         typer.echo("  " + preview.replace("\n", "\n  "))
