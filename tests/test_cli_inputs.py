@@ -222,3 +222,20 @@ def test_a_run_stopped_before_its_first_question_leaves_no_records_file(tmp_path
     args = ["evaluate", "-d", str(questions), "--out", str(out), "--model", "openai:gpt-4o"]
     _clean(runner.invoke(app, args))
     assert not out.exists()
+
+
+def test_synthesize_quiet_draws_no_progress_bar(tmp_path: Path, monkeypatch) -> None:
+    """Found by review: -q ("no progress bars") still drew synthesis's bar."""
+    from sqlweave.synthesis import pairs
+
+    seen = {}
+
+    def fake(database, n, **options):
+        seen.update(options)
+        return []
+
+    monkeypatch.setattr(pairs, "synthesize", fake)
+    out = tmp_path / "p.jsonl"
+    args = ["synthesize", "--db", str(DEMO_CONCERT_DB), "--n", "2", "--out", str(out), *DEAD]
+    runner.invoke(app, [*args, "-q"])
+    assert seen["progress"] is False

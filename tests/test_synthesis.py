@@ -143,6 +143,18 @@ def test_a_pairs_file_resumes_only_under_its_own_settings(tmp_path: Path, caplog
     assert len(more) == 3 and "keeps no settings" in caplog.text
 
 
+def test_a_pairs_file_of_another_database_is_refused_by_synthesize_too(tmp_path: Path):
+    """Found by review: only the compile's path checked it; `sqlweave synthesize` counted six
+    pairs of another database as this one's."""
+    out = tmp_path / "pairs.jsonl"
+    out.write_text(json.dumps({"question": "q?", "gold_sql": "SELECT 1", "db_id": "shop"}) + "\n")
+    with (
+        dspy.context(lm=_distinct_questions()),
+        pytest.raises(SynthesisError, match="holds pairs of shop"),
+    ):
+        synthesize(DEMO_CONCERT_DB, 2, out=out, check=False, progress=False)
+
+
 def test_garbage_questions_are_rejected(tmp_path: Path):
     lm = DummyLM(
         {"Answer with the question only": {"question": "SELECT * FROM singer"}, "": {"sql": ANSWER}}
@@ -433,3 +445,21 @@ def test_a_question_already_kept_is_not_kept_again(tmp_path: Path):
     assert [p["question"] for p in pairs] == [QUESTION] and len(again) == 1  # also on resume
     tried = [json.loads(line) for line in (tmp_path / "pairs.jsonl.tried.jsonl").open()]
     assert any(t["why"] == "a kept pair already asks this question" for t in tried)
+
+
+def test_a_shortfall_names_the_reason_the_verdicts_give(tmp_path: Path):
+    """Found by review: 76 round-trip rejections were reported as a schema offering too few
+    queries."""
+    from sqlweave.synthesis.pairs import shortfall_reason
+
+    tried = tmp_path / "pairs.jsonl.tried.jsonl"
+    verdicts = (
+        [{"kept": True, "why": "kept"}]
+        + [{"kept": False, "why": "round trip: the question leads to another answer"}] * 3
+        + [{"kept": False, "why": "the query returns no rows"}]
+    )
+    tried.write_text("".join(json.dumps(v) + "\n" for v in verdicts))
+    assert shortfall_reason(tried) == (
+        "4 of 5 drafts turned down, 3 of them: round trip: the question leads to another answer"
+    )
+    assert "too few usable queries" in shortfall_reason(tmp_path / "none.jsonl")

@@ -60,10 +60,15 @@ def synthesize(
 
     The file is a questions file: pass it to compile --train or evaluate --dataset.
     """
-    setup_logging(verbose, quiet)
+    level = setup_logging(verbose, quiet)
     from sqlweave import programs
     from sqlweave.db import Database, ExecutionError
-    from sqlweave.synthesis.pairs import ROUND_TRIP_ACCEPT, SynthesisError, draft_queries
+    from sqlweave.synthesis.pairs import (
+        ROUND_TRIP_ACCEPT,
+        SynthesisError,
+        draft_queries,
+        shortfall_reason,
+    )
     from sqlweave.synthesis.pairs import synthesize as run_synthesis
 
     if n < 1:
@@ -99,6 +104,7 @@ def synthesize(
                 check=check,
                 sample_rows=sample_rows,
                 accept=accept,
+                progress=level >= 0,
             )
     except (SynthesisError, SqlweaveError, OSError) as err:
         # SqlweaveError: a dead model endpoint, said in one line as compile and evaluate do
@@ -108,7 +114,7 @@ def synthesize(
     )
     if len(pairs) < n:
         typer.secho(
-            f"only {len(pairs)} of {n}: the schema offered too few usable queries",
+            f"only {len(pairs)} of {n}: {shortfall_reason(Path(f'{out}.tried.jsonl'))}",
             fg=typer.colors.YELLOW,
             err=True,
         )

@@ -229,6 +229,7 @@ def synthesize(
     pairs = _read_jsonl(out_path) if out_path else []
     tried = _read_jsonl(tried_path) if tried_path else []
     if out_path is not None:
+        _same_database(out_path, pairs, database.name)
         name = program if isinstance(program, str) else type(program).__name__
         settings = {"seed": seed, "check": check, "program": name}
         _hold_settings(out_path, settings | {"sample_rows": sample_rows, "accept": accept}, pairs)
@@ -264,13 +265,41 @@ def synthesize(
     finally:
         bar.close()
     if len(pairs) < n:
+        why = shortfall_reason(tried_path) if tried_path else "few drafts were kept"
         logger.warning(
-            "%s: %d of %d pairs (the schema offered too few usable queries); going on with those",
-            database.name,
-            len(pairs),
-            n,
+            "%s: %d of %d pairs (%s); going on with those", database.name, len(pairs), n, why
         )
     return pairs
+
+
+def shortfall_reason(tried: Path) -> str:
+    """Why fewer pairs were kept than asked, from the verdicts in ``tried`` (its most common
+    reason a draft was turned down), not a guess: a round trip that kept 1 of 77 drafts had
+    been reported as a schema offering too few queries."""
+    reasons: dict[str, int] = {}
+    kept = 0
+    for verdict in _read_jsonl(tried) if tried.is_file() else []:
+        if verdict.get("kept"):
+            kept += 1
+            continue
+        why = str(verdict.get("why") or "rejected")
+        reasons[why] = reasons.get(why, 0) + 1
+    if not reasons:
+        return "the schema offered too few usable queries"
+    why, count = max(reasons.items(), key=lambda item: item[1])
+    turned = sum(reasons.values())
+    return f"{turned} of {turned + kept} drafts turned down, {count} of them: {why}"
+
+
+def _same_database(out: Path, pairs: list[dict[str, Any]], name: str) -> None:
+    """Refuse to add to a pairs file of another database (a reused ``--out``): its pairs would
+    be counted as this one's."""
+    others = sorted({str(p.get("db_id")) for p in pairs} - {name})
+    if others:
+        raise SynthesisError(
+            f"{out} holds pairs of {', '.join(others)}, not of {name}: give another "
+            "pairs file (or delete this one)"
+        )
 
 
 def settings_path(out: Path) -> Path:

@@ -49,7 +49,6 @@ from sqlweave.synthesis.pairs import (
     SynthesisError,
     database_ref,
     draft_queries,
-    read_pairs,
     synthesize,
 )
 
@@ -246,16 +245,6 @@ def split_pairs(
     return train + turns[cap:], turns[:cap]
 
 
-def _check_resumable(path: Path, database: Database) -> None:
-    """Refuse to resume a pairs file written for another database (a reused ``out``)."""
-    others = sorted({str(p.get("db_id")) for p in read_pairs(path)} - {database.name})
-    if others:
-        raise SynthesisError(
-            f"{path} holds pairs of {', '.join(others)}, not of {database.name}: give another "
-            "pairs file (or delete this one)"
-        )
-
-
 def synthetic_sets(
     dbs: Database | str | Path | Sequence[Database | str | Path],
     n: int,
@@ -329,7 +318,6 @@ def _pairs_for(
 ) -> list[dict[str, Any]]:
     """One database's pairs, synthesized into (or resumed from) ``path``; none is an error.
     Fewer than ``n`` is :func:`~sqlweave.synthesis.pairs.synthesize`'s warning, said once."""
-    _check_resumable(path, database)
     path.parent.mkdir(parents=True, exist_ok=True)
     pairs = synthesize(
         database, n, out=path, seed=seed, program=program, check=check, progress=progress
