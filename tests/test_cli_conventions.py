@@ -130,6 +130,9 @@ def test_evaluate_json_in_percent(dummy_model: dict, spider_root: Path, tmp_path
     summary = json.loads(result.output)  # nothing but the object: no progress bar, no log line
     assert summary["n"] == 2 and summary["records"] == str(out)
     assert 0 <= summary["ex_pct"] <= 100 and len(summary["ci95_pct"]) == 2
+    # what the text prints too (found by review: --json had left both out)
+    assert summary["failed"] == {"n": 0, "reasons": {}}
+    assert {"auroc", "ece"} <= set(summary["confidence"])
     # The commit that made the records sits beside the run identity, for the report.
     from sqlweave import __version__
     from sqlweave.report import read_provenance

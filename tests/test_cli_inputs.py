@@ -239,3 +239,10 @@ def test_synthesize_quiet_draws_no_progress_bar(tmp_path: Path, monkeypatch) -> 
     args = ["synthesize", "--db", str(DEMO_CONCERT_DB), "--n", "2", "--out", str(out), *DEAD]
     runner.invoke(app, [*args, "-q"])
     assert seen["progress"] is False
+
+
+def test_ask_refuses_an_empty_question() -> None:
+    """Found by review: the blank question went to the model and came back answered."""
+    result = runner.invoke(app, ["ask", "  ", "--db", str(DEMO_CONCERT_DB), *DEAD])
+    _clean(result)
+    assert "the question is empty" in result.output

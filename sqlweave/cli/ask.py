@@ -41,6 +41,8 @@ def ask(
 
     if max_rows < 1:
         fail(f"--max-rows must be at least 1, not {max_rows}")
+    if not question.strip():  # as sqlweave.ask and POST /ask refuse it, before the model loads
+        fail("the question is empty")
     try:
         database = Database.open(db, allow_superuser=allow_superuser)
     except ExecutionError as err:

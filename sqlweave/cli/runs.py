@@ -165,5 +165,9 @@ def summary_json(summary: dict[str, Any], out: Path) -> dict[str, Any]:
         ),
         "usage_per_question": summary.get("usage") or {},
         "gold_errors": sum(r.get("gold_error") is not None for r in summary["records"]),
+        # what the text prints too: the questions that failed outside their SQL (why the run
+        # exits 1) and the confidence figures (AUROC, calibration error, accuracy by coverage)
+        "failed": summary.get("failed") or {"n": 0, "reasons": {}},
+        **({"confidence": summary["confidence"]} if summary.get("confidence") else {}),
         "records": str(out),
     }
