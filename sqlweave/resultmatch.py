@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sqlweave.db import QueryResult
+from sqlweave.errors import SqlweaveError
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ MANY_ARRANGEMENTS = 120
 MAX_ARRANGEMENT_STEPS = 200_000
 
 
-class _SearchTooLong(Exception):
+class _SearchTooLong(SqlweaveError):
     """The arrangement search passed :data:`MAX_ARRANGEMENT_STEPS`."""
 
 
