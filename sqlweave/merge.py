@@ -38,6 +38,12 @@ class MergeError(SqlweaveError, ValueError):
     """A source database cannot be merged (missing, unreadable, or holds what we cannot rename)."""
 
 
+def _read_only_uri(path: str | Path) -> str:
+    """A SQLite URI opening ``path`` read-only: the path escaped (a ``#`` or ``?`` in a folder
+    name had cut the URI short, opening an empty database and writing stray files)."""
+    return Path(path).resolve().as_uri() + "?mode=ro"
+
+
 def merged_name(db_id: str, table: str) -> str:
     """The merged name of ``table`` of database ``db_id``."""
     return f"{db_id}{SEPARATOR}{table}"
@@ -75,8 +81,10 @@ def _renamed_copy(db_id: str, source: Path, folder: Path) -> tuple[Path, dict[st
     """
     if not source.is_file():
         raise MergeError(f"{db_id}: no database file at {source}")
-    copy = folder / f"{db_id}.sqlite"
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    # in a folder of their own: an id "merged" had named the copy as the file being built
+    (folder / "sources").mkdir(exist_ok=True)
+    copy = folder / "sources" / f"{db_id}.sqlite"
+    src = sqlite3.connect(_read_only_uri(source), uri=True)
     dst = sqlite3.connect(copy)
     try:
         src.backup(dst)
@@ -107,6 +115,10 @@ def _renamed_copy(db_id: str, source: Path, folder: Path) -> tuple[Path, dict[st
                 flags=re.IGNORECASE,
             )
             dst.execute(new_sql)
+        # a read-only merged database runs no trigger, and two sources' triggers may share a name
+        triggers = dst.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
+        for (name,) in triggers:
+            dst.execute(f"DROP TRIGGER {_quote(name)}")
         dst.commit()
     finally:
         dst.close()
@@ -192,7 +204,7 @@ def rewrite_sql(sql: str, renames: Mapping[str, str], dialect: str = "sqlite") -
 
 
 def _rows(path: Path, sql: str, timeout_s: float) -> list[tuple] | None:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = sqlite3.connect(_read_only_uri(path), uri=True)
     conn.text_factory = lambda b: b.decode("utf-8", errors="replace")
     start = time.monotonic()
     conn.set_progress_handler(lambda: int(time.monotonic() - start > timeout_s), 10_000)
@@ -234,7 +246,7 @@ def _ordered(sql: str) -> bool:
 
 def table_renames(db_id: str, source: str | Path) -> dict[str, str]:
     """``source``'s tables (lower-cased) -> their merged names, read without merging."""
-    conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    conn = sqlite3.connect(_read_only_uri(source), uri=True)
     try:
         return {t.lower(): merged_name(db_id, t) for t in _tables(conn)}
     finally:

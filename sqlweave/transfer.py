@@ -23,6 +23,7 @@ ones to lower case, so lower-case tables and columns let SQL transpiled by sqlgl
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
@@ -285,10 +286,14 @@ def copy_sqlite_to_duckdb(
 
     plans = plan_tables(sqlite_path)
     target = Path(duckdb_path)
+    if target.resolve() == Path(sqlite_path).resolve():  # it would delete its own source
+        raise ValueError(f"the DuckDB copy of {sqlite_path} cannot be written over it")
     target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in (target, target.with_name(target.name + ".wal")):
+    # built beside the target and moved in when complete: a failed copy leaves the old one
+    partial = target.with_name(f".{target.name}.partial")
+    for stale in (partial, partial.with_name(partial.name + ".wal")):
         stale.unlink(missing_ok=True)
-    con = duckdb.connect(str(target))
+    con = duckdb.connect(str(partial))
     try:
         with _sqlite_ro(Path(sqlite_path)) as src:
             for plan in plans:
@@ -298,8 +303,13 @@ def copy_sqlite_to_duckdb(
                 for chunk in _rows(src, plan, chunk_size):
                     con.executemany(f"INSERT INTO {_q(plan.name)} VALUES ({marks})", chunk)
         con.execute("CHECKPOINT")
-    finally:
+    except BaseException:
         con.close()
+        partial.unlink(missing_ok=True)
+        raise
+    con.close()
+    target.with_name(target.name + ".wal").unlink(missing_ok=True)
+    os.replace(partial, target)
     return target
 
 

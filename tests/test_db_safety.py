@@ -534,3 +534,22 @@ def test_ctrl_c_during_a_sqlite_query_is_the_users_not_a_timeout(tmp_path: Path)
         assert time.monotonic() - start < 5
         late = db.try_execute(endless, timeout_s=0.3, use_cache=False)  # a deadline still is one
         assert isinstance(late, ExecutionError) and late.kind == "timeout"
+
+
+def test_a_duckdb_copy_over_its_own_source_is_refused(tmp_path: Path) -> None:
+    """Found by review: the copy deleted its target first, which was the SQLite source."""
+    import sqlite3
+
+    pytest.importorskip("duckdb")
+    from sqlweave.transfer import copy_sqlite_to_duckdb
+
+    path = tmp_path / "same.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (x INTEGER)")
+        conn.execute("INSERT INTO t VALUES (1)")
+    with pytest.raises(ValueError, match="cannot be written over it"):
+        copy_sqlite_to_duckdb(path, path)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT x FROM t").fetchall() == [(1,)]
+    target = copy_sqlite_to_duckdb(path, tmp_path / "copy.duckdb")
+    assert target.is_file() and not list(tmp_path.glob(".*partial*"))

@@ -148,3 +148,30 @@ def test_load_merged_slice_asks_the_base_questions_of_the_merged_file(data_root,
     # the gold query of each question answers the same on the merged file as on its own database
     for ex, orig in list(zip(merged, base, strict=True))[:25]:
         assert check_rewrite(orig.gold_sql, orig.db_path, ex.gold_sql, ex.db_path)
+
+
+def test_merge_reads_any_path_and_takes_triggers_and_any_id(tmp_path):
+    """Found by review: a '#' in a folder cut the read-only URI short (an empty merged file and
+    stray files), two sources' triggers of one name collided, and an id 'merged' named its copy
+    as the file being built."""
+    odd = tmp_path / "x#y?z"
+    odd.mkdir()
+    script = """
+        CREATE TABLE singer (id INTEGER PRIMARY KEY, name TEXT);
+        CREATE TABLE log (n INTEGER);
+        CREATE TRIGGER tr AFTER INSERT ON singer BEGIN INSERT INTO log VALUES (1); END;
+        INSERT INTO singer VALUES (1, 'Ann');
+    """
+    one = _make_db(odd / "one.sqlite", script)
+    two = _make_db(tmp_path / "two.sqlite", script)
+    out = tmp_path / "out" / "m.sqlite"
+    merge_databases({"one": one, "merged": two}, out)
+    conn = sqlite3.connect(out)
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        rows = conn.execute(f'SELECT name FROM "{merged_name("one", "singer")}"').fetchall()
+    finally:
+        conn.close()
+    assert {merged_name("one", "singer"), merged_name("merged", "singer")} <= names
+    assert rows == [("Ann",)]
+    assert not (Path.cwd() / "x").exists()
