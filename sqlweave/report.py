@@ -484,6 +484,8 @@ def write_report(
     if names is not None and len(names) != len(paths):
         raise ValueError(f"{len(names)} names for {len(paths)} runs")
     out = Path(out)
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give the report's file path")
     for p in paths:
         if Path(p).resolve() == out.resolve():
             raise ValueError(f"--out {out} is one of the runs; writing there would replace it")
@@ -491,9 +493,12 @@ def write_report(
     _dedupe_names(runs)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    # records of an older release may hold a lone surrogate a model wrote: shown as "?"
-    tmp.write_text(render_report(runs, title=title), encoding="utf-8", errors="replace")
-    os.replace(tmp, out)
+    try:
+        # records of an older release may hold a lone surrogate a model wrote: shown as "?"
+        tmp.write_text(render_report(runs, title=title), encoding="utf-8", errors="replace")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return out
 
 
@@ -504,4 +509,9 @@ def _dedupe_names(runs: Sequence[Run]) -> None:
         seen[run.name] = seen.get(run.name, 0) + 1
     for run in runs:
         if seen[run.name] > 1 and run.path is not None:
-            run.name = f"{run.path.parent.name}/{run.name}"
+            run.name = f"{run.path.resolve().parent.name}/{run.name}"
+    counts: dict[str, int] = {}
+    for run in runs:  # still the same (one file given twice): numbered
+        counts[run.name] = counts.get(run.name, 0) + 1
+        if counts[run.name] > 1:
+            run.name = f"{run.name} ({counts[run.name]})"

@@ -8,9 +8,10 @@ matplotlib is the optional ``report`` extra; it is imported only when a figure i
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlweave.report_runs import (
@@ -40,6 +41,20 @@ _CLASS_COLOURS = {
 }
 
 
+def _plain_text(plot: Callable[..., str]) -> Callable[..., str]:
+    """Run a plot with matplotlib's maths parsing off: a run named ``cost_$5_vs_$10`` is text,
+    not a formula (it failed the report, or showed other labels than the tables)."""
+
+    @functools.wraps(plot)
+    def plain(*args: Any, **kwargs: Any) -> str:
+        import matplotlib
+
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return plot(*args, **kwargs)
+
+    return plain
+
+
 def _figure(width: float, height: float) -> Any:
     try:
         from matplotlib.figure import Figure
@@ -60,6 +75,7 @@ def _colours(n: int) -> list[str]:
     return [palette[i % len(palette)] for i in range(n)]
 
 
+@_plain_text
 def plot_ex_by_difficulty(runs: Sequence[Run]) -> str:
     """Grouped bars: EX per difficulty (and overall) per run, with 95% interval whiskers."""
     levels = ordered_levels({level_of(r) for run in runs for r in run.records})
@@ -91,6 +107,7 @@ def plot_ex_by_difficulty(runs: Sequence[Run]) -> str:
     return _png_uri(fig)
 
 
+@_plain_text
 def plot_paired(
     runs: Sequence[Run], comparisons: Sequence[tuple[Run, PairedComparison | None]]
 ) -> str:
@@ -129,6 +146,7 @@ def plot_paired(
     return _png_uri(fig)
 
 
+@_plain_text
 def plot_error_classes(runs: Sequence[Run]) -> str:
     """Stacked horizontal bars: the share of each error class per run."""
     fig = _figure(9, 0.55 * len(runs) + 1.6)
@@ -160,6 +178,7 @@ def plot_error_classes(runs: Sequence[Run]) -> str:
     return _png_uri(fig)
 
 
+@_plain_text
 def plot_cost(runs: Sequence[Run]) -> str:
     """Box plots side by side: tokens per question and seconds per question, per run."""
     fig = _figure(9, 3.8)
@@ -191,6 +210,7 @@ def plot_cost(runs: Sequence[Run]) -> str:
     return _png_uri(fig)
 
 
+@_plain_text
 def plot_confidence(runs: Sequence[Run]) -> str:
     """A reliability diagram (10 bins of at least 5 answers) and a risk-coverage curve."""
     import numpy as np

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlweave.data import BIRD_LEVELS, SPIDER_LEVELS
-from sqlweave.records import read_records
+from sqlweave.records import compressed, read_records
 from sqlweave.stats import Interval, PairedComparison, bootstrap_ci, outcomes_by_id, paired
 from sqlweave.summary import has_candidates, oracle_hit
 
@@ -100,6 +100,10 @@ class Run:
     records: list[dict[str, Any]]
     path: Path | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    _ex: Interval | None = field(default=None, init=False, repr=False, compare=False)
+    _by_level: dict[str, Interval] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def n(self) -> int:
@@ -110,15 +114,20 @@ class Run:
         return outcomes_by_id(self.records)
 
     def ex(self) -> Interval:
-        """EX over all records, with its 95% bootstrap interval."""
-        return bootstrap_ci([bool(r.get("correct")) for r in self.records])
+        """EX over all records, with its 95% bootstrap interval (computed once: the report asks
+        for it in several places, and 2,000 resamples of 10,000 records take a while)."""
+        if self._ex is None:
+            self._ex = bootstrap_ci([bool(r.get("correct")) for r in self.records])
+        return self._ex
 
     def ex_by_level(self) -> dict[str, Interval]:
-        """EX per difficulty level (benchmark order), with intervals."""
-        levels: dict[str, list[bool]] = {}
-        for r in self.records:
-            levels.setdefault(level_of(r), []).append(bool(r.get("correct")))
-        return {level: bootstrap_ci(levels[level]) for level in ordered_levels(levels)}
+        """EX per difficulty level (benchmark order), with intervals (computed once)."""
+        if self._by_level is None:
+            levels: dict[str, list[bool]] = {}
+            for r in self.records:
+                levels.setdefault(level_of(r), []).append(bool(r.get("correct")))
+            self._by_level = {lv: bootstrap_ci(levels[lv]) for lv in ordered_levels(levels)}
+        return self._by_level
 
     def classes(self) -> dict[str, int]:
         """How many records fall in each error class."""
@@ -176,7 +185,9 @@ def ordered_levels(levels: Any) -> list[str]:
 def load_run(path: str | Path, name: str | None = None) -> Run:
     """A :class:`Run` from an evaluation JSONL file (named after the file unless ``name``)."""
     path = Path(path)
-    if not path.is_file():
+    if path.suffix == ".gz":  # a finished run kept compressed: named as it was written
+        path = path.with_suffix("")
+    if not path.is_file() and compressed(path) is None:
         raise FileNotFoundError(f"no evaluation records at {path}")
     records = read_records(path)
     if not records:

@@ -300,3 +300,24 @@ def _assert_not_blank(png: Path) -> None:
     assert float(pixels[..., :3].std()) > 0.05
     coloured = (abs(pixels[..., 0] - pixels[..., 1]) + abs(pixels[..., 1] - pixels[..., 2])) > 0.2
     assert coloured.mean() > 0.01
+
+
+def test_odd_run_names_and_paths_make_a_report(run_files: list[Path], tmp_path: Path) -> None:
+    """Found by review: a '$' in a run's name failed the report (matplotlib read a formula);
+    a run kept gzipped could not be named as written; one file given twice was named '/one'
+    twice; an --out folder left a stray .tmp behind."""
+    import gzip
+
+    dollar = tmp_path / "cost_$5_vs_$10.jsonl"
+    shutil.copyfile(run_files[0], dollar)
+    packed = tmp_path / "packed.jsonl"
+    packed.with_name("packed.jsonl.gz").write_bytes(gzip.compress(run_files[1].read_bytes()))
+    out = write_report([dollar, packed, run_files[0], run_files[0]], tmp_path / "r.html")
+    page = out.read_text(encoding="utf-8")
+    assert "cost_$5_vs_$10" in page and "packed" in page
+    assert f"{run_files[0].stem} (2)" in page and f">/{run_files[0].stem}<" not in page
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    with pytest.raises(ValueError, match="is a folder"):
+        write_report([dollar], folder)
+    assert not list(tmp_path.glob("*.tmp"))
