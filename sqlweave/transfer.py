@@ -3,7 +3,7 @@
 SQLite's typing is per value, not per column, and Spider's databases use that freedom: text in
 ``INTEGER`` columns, reals in integer columns, columns declared with no type at all. A column's
 target type is therefore chosen from the *storage classes its values actually have*, which keeps
-SQLite's arithmetic (an integer column still divides as integers) and never loses a value:
+SQLite's arithmetic (an integer column still divides as integers):
 
 ========================================  ====================================================
 values found in the column                target type
@@ -14,6 +14,12 @@ any text (with or without numbers)        ``TEXT`` (numbers written as SQLite wo
 only blobs                                ``BYTEA`` / ``BLOB``
 no values at all                          from the declared type's SQLite affinity
 ========================================  ====================================================
+
+What a copy does not keep (found by review; none occurs in the bundled databases): an integer
+beyond 2^53 in a column that also holds reals (it becomes a double), the exact text SQLite prints
+for some reals in a text column (``100.0`` is written ``100``), a blob in a text column that is
+no UTF-8, generated columns and views. PostgreSQL also refuses text holding a NUL and two column
+names alike in their first 63 characters: such a copy fails and rolls back.
 
 Identifiers are lower-cased: SQLite matches them case-insensitively, PostgreSQL folds unquoted
 ones to lower case, so lower-case tables and columns let SQL transpiled by sqlglot resolve.
