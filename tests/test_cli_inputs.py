@@ -219,7 +219,7 @@ def test_a_run_stopped_before_its_first_question_leaves_no_records_file(tmp_path
     questions = tmp_path / "q.jsonl"
     questions.write_text(json.dumps(item) + "\n")
     out = tmp_path / "runs" / "e.jsonl"
-    args = ["evaluate", "-d", str(questions), "--out", str(out), "--model", "openai:gpt-4o"]
+    args = ["evaluate", "-d", str(questions), "--out", str(out), "--model", "nosuchprovider/x"]
     _clean(runner.invoke(app, args))
     assert not out.exists()
 

@@ -364,8 +364,8 @@ def test_cli_evaluate_on_a_dead_endpoint_is_one_error_line(
     ("model", "message"),
     [
         (["--model", "openai/m", "--api-base", "localhost:8000/v1"], "no http:// or https://"),
-        (["--model", "openai:gpt-4o"], "write provider/model (e.g. 'openai/gpt-4o')"),
-        (["--model", "nosuchprovider/x"], "names no provider LiteLLM knows"),
+        (["--model", "foo"], "names no provider DSPy or LiteLLM knows"),
+        (["--model", "nosuchprovider/x"], "names no provider DSPy or LiteLLM knows"),
         (["--model", "gguf:{bad}"], "cannot be loaded"),
         (["--model", "gguf:{dir}"], "is a folder, not a GGUF file"),
     ],
@@ -524,3 +524,23 @@ def test_a_served_model_that_hangs_times_out(monkeypatch: pytest.MonkeyPatch) ->
         assert clock.monotonic() - started < 4
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize(
+    "model", ["openai:gpt-4o", "ollama:llama3", "claude-3-haiku-20240307", "gemini-1.5-pro"]
+)
+def test_a_spec_dspy_routes_itself_is_taken(model: str) -> None:
+    """Found by review of the check above: DSPy resolves these without LiteLLM's list."""
+    from sqlweave.lm.build import check_served
+
+    check_served(model)
+
+
+def test_a_timeout_is_no_part_of_a_cached_answer() -> None:
+    """A served model's timeout would otherwise key DSPy's response cache: every cached
+    answer, paid ones included, asked again when it changes."""
+    from dspy.clients import execution
+
+    import sqlweave.lm.build  # noqa: F401 - the import takes it out of the keys
+
+    assert "timeout" in execution.IGNORED_CACHE_KEYS

@@ -17,6 +17,22 @@ from sqlweave.lm.spec import DEFAULT_MODEL, LMSpec, LMSpecError
 
 logger = logging.getLogger(__name__)
 
+
+def _timeout_out_of_cache_keys() -> None:
+    """How long a call may wait is no part of its answer: DSPy keys its response cache on every
+    LM option but the key and the address, so a ``timeout`` (which served models get, below)
+    would re-ask every cached question, paid calls included, whenever it changes."""
+    try:
+        from dspy.clients import execution
+    except ImportError:  # another DSPy release: its keys are its own
+        return
+    ignored = getattr(execution, "IGNORED_CACHE_KEYS", None)
+    if isinstance(ignored, list) and "timeout" not in ignored:
+        ignored.append("timeout")
+
+
+_timeout_out_of_cache_keys()
+
 _ENGINE_OPTIONS = (
     "n_ctx",
     "n_batch",
@@ -113,11 +129,11 @@ def served_timeout() -> float:
 
 def check_served(model: str, api_base: Any = None) -> None:
     """Refuse, before any question is asked, a served model no call can reach: an ``api_base``
-    that is no http(s) address (``localhost:8000/v1``), a model string with no provider DSPy's
-    clients know (``openai:gpt-4o``, ``foo``). Each would otherwise fail every question alike,
-    recorded as that question's error. ``provider/model`` with a provider DSPy's engine routes
-    (``openai/<model>`` for any OpenAI-compatible server) is taken as it is; anything else is
-    asked of LiteLLM, which DSPy falls back to."""
+    that is no http(s) address (``localhost:8000/v1``), a model string neither DSPy's own
+    engine nor LiteLLM (which DSPy falls back to) can route (``foo``, ``nosuch/x``). Each
+    would otherwise fail every question alike, recorded as that question's error. What DSPy's
+    router resolves (``openai/<model>`` for any OpenAI-compatible server, ``ollama:llama3``,
+    ``claude-3-haiku-20240307``) is taken without importing LiteLLM."""
     if api_base is not None:
         parts = urlsplit(str(api_base))
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -125,14 +141,8 @@ def check_served(model: str, api_base: Any = None) -> None:
                 f"api_base {api_base!r} is no http:// or https:// address "
                 "(e.g. http://localhost:8000/v1)"
             )
-    provider, slash, _ = model.partition("/")
-    if slash and _routable(provider):
+    if _routed_by_dspy(model):
         return
-    if ":" in provider:
-        raise LMSpecError(
-            f"model {model!r}: write provider/model (e.g. {provider.replace(':', '/')!r}), "
-            "or local:NAME / gguf:PATH for a local model"
-        )
     try:
         import litellm
     except ImportError:  # DSPy's own engine decides at the first call
@@ -142,24 +152,26 @@ def check_served(model: str, api_base: Any = None) -> None:
             litellm.get_llm_provider(model, api_base=api_base)
     except Exception as err:  # noqa: BLE001 - LiteLLM's BadRequestError: no provider it knows
         raise LMSpecError(
-            f"model {model!r} names no provider LiteLLM knows ({str(err).splitlines()[0]}); "
-            "write provider/model, e.g. openai/<model> with --api-base for a served model"
+            f"model {model!r} names no provider DSPy or LiteLLM knows "
+            f"({str(err).splitlines()[0]}); write provider/model, e.g. openai/<model> with "
+            "--api-base for a served model"
         ) from None
 
 
-def _routable(provider: str) -> bool:
-    """Whether DSPy's own engine routes ``provider`` (openai, anthropic, gemini, ollama, ...):
-    then no LiteLLM import (seconds, and a cost-map fetch) is paid to check it."""
-    if provider == "openai":
+def _routed_by_dspy(model: str) -> bool:
+    """Whether DSPy's own engine resolves ``model`` (its router, as DSPy's backend selection
+    asks it, without I/O); False where it does not, or where this DSPy has no such router."""
+    if model.startswith("openai/"):
         return True
     try:
-        from dspy._vendor.lm15.router import ADAPTERS, _routable
-    except ImportError:  # another DSPy release: LiteLLM decides
+        from dspy.clients.backend_selection import LM15Engine, RouterConfig
+    except ImportError:
         return False
     try:
-        return bool(_routable(provider, ADAPTERS))
-    except Exception:  # noqa: BLE001 - a private helper of DSPy's: LiteLLM decides
+        LM15Engine(RouterConfig(env={})).resolve(model)
+    except Exception:  # noqa: BLE001 - UnknownModelError and kin: LiteLLM decides
         return False
+    return True
 
 
 def configure(model: str = DEFAULT_MODEL, *, set_default: bool = True, **options: Any) -> dspy.LM:
