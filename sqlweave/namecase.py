@@ -70,12 +70,9 @@ def fit_case(sql: str, names: CaseNames, dialect: str = "postgres") -> str:
     own = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     changed = _fit_tables(tree, names.tables, own)
     own |= {t.alias.lower() for t in tree.find_all(exp.Table, exp.Subquery) if t.alias}
-    outputs = {a.alias.lower() for a in tree.find_all(exp.Alias) if a.alias}
+    aliases = [a for a in tree.find_all(exp.Alias) if a.alias]
     for col in list(tree.find_all(exp.Column)):
-        # an output alias is reachable from ORDER BY and GROUP BY alone: ``ShopName AS
-        # shopname`` names the column it aliases, which must be fitted like any other
-        reachable = outputs if col.find_ancestor(exp.Order, exp.Group) is not None else set()
-        column = _bare(col.this, names.columns, reachable)
+        column = _bare(col.this, names.columns, _reachable(col, aliases))
         if column is not None:
             col.set("this", column)
             changed = True
@@ -84,6 +81,18 @@ def fit_case(sql: str, names: CaseNames, dialect: str = "postgres") -> str:
             col.set("table", qualifier)
             changed = True
     return tree.sql(dialect=dialect) if changed else sql
+
+
+def _reachable(col: exp.Column, aliases: list[exp.Alias]) -> set[str]:
+    """The output names ``col`` may mean, left as written: every alias of the query (a
+    subquery's or a CTE's is a column to an outer SELECT), except one its own SELECT gives,
+    which that SELECT reaches from ORDER BY and GROUP BY alone: in ``ShopName AS shopname`` the
+    name is the column being aliased, to be fitted like any other."""
+    names = {a.alias.lower() for a in aliases}
+    select = col.find_ancestor(exp.Select)
+    if select is None or col.find_ancestor(exp.Order, exp.Group) is not None:
+        return names
+    return {a.alias.lower() for a in aliases if a.parent is not select}
 
 
 def _fit_tables(tree: exp.Expression, tables: Mapping[str, str], own: set[str]) -> bool:

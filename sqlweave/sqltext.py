@@ -24,12 +24,14 @@ _DOUBLED = ("'", '"', "`")
 _MAX_STARTS = 8
 _SET_OP = re.compile(r"\b(UNION|EXCEPT|INTERSECT)(\s+ALL)?\s*\(?\s*$", re.I)
 _MAX_PARSED = 20_000
+#: Blanks or a comment: what may stand between the words of a CTE's head.
+_GAP = r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)"
 #: A ``WITH`` that opens a query: a name (quoted or not), its column list if any, then ``AS (``
 #: (``AS MATERIALIZED (`` too). "I cannot help with that." holds the word and no query.
 _CTE_HEAD = re.compile(
-    r"WITH\s+(?:RECURSIVE\s+)?(?:\"[^\"]+\"|`[^`]+`|\[[^\]]+\]|\w+)\s*(?:\([^)]*\)\s*)?"
-    r"AS\s*(?:NOT\s+)?(?:MATERIALIZED\s*)?\(",
-    re.I,
+    rf"WITH{_GAP}+(?:RECURSIVE{_GAP}+)?(?:\"[^\"]+\"|`[^`]+`|\[[^\]]+\]|\w+){_GAP}*"
+    rf"(?:\([^)]*\){_GAP}*)?AS{_GAP}*(?:NOT{_GAP}+)?(?:MATERIALIZED{_GAP}*)?\(",
+    re.I | re.S,
 )
 #: What no query holds and a reply may: lone surrogates (no encoder can write them: every
 #: prompt, log or page they reach fails) and control characters but tab and line breaks.

@@ -50,6 +50,9 @@ def test_only_names_a_bare_spelling_cannot_reach_are_kept() -> None:
             "SELECT ShopName AS shopname FROM Shop ORDER BY shopname",
             'SELECT "ShopName" AS shopname FROM "Shop" AS Shop ORDER BY shopname',
         ),
+        # a subquery's or a CTE's alias is a column to the outer SELECT: left as written
+        ("WITH t AS (SELECT count(*) AS shopname FROM city) SELECT shopname FROM t", None),
+        ("SELECT s.shopname FROM (SELECT count(*) AS shopname FROM city) AS s", None),
         ("SELECT ShopName FROM", None),  # does not parse: as written
         ("SELECT " + "(" * 3000 + "ShopId" + ")" * 3000, None),  # too deep to parse: as written
     ],

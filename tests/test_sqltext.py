@@ -48,6 +48,15 @@ from sqlweave.sqltext import extract_sql
             'with "x y" as materialized (select 1) select 2',
             'with "x y" as materialized (select 1) select 2',
         ),
+        # a comment in the CTE's head keeps it a query (found by reviewing the check above)
+        (
+            "WITH -- per singer\n t AS (SELECT 1 AS n) SELECT n FROM t",
+            "WITH -- per singer\n t AS (SELECT 1 AS n) SELECT n FROM t",
+        ),
+        (
+            "WITH t /* c */ AS (SELECT 1) SELECT * FROM t",
+            "WITH t /* c */ AS (SELECT 1) SELECT * FROM t",
+        ),
         ("SELECT count(*) FROM singer\x00", "SELECT count(*) FROM singer"),
         ("SELECT name\x1b FROM singer", "SELECT name FROM singer"),
         ("SELECT '\ud800' FROM singer", "SELECT '\ufffd' FROM singer"),
