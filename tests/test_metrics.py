@@ -536,9 +536,10 @@ def test_a_thousand_columns_compare_without_recursion() -> None:
     assert not results_match([row], [tuple(range(1, 1001))], "spider")
 
 
-def test_an_endless_arrangement_search_is_cut_and_called_unequal(caplog) -> None:
+def test_an_endless_arrangement_search_ends_with_the_exact_verdict() -> None:
     """Twelve 0/1 columns whose rows pass the pre-check: a 12-cycle against two 6-cycles (every
-    column alike, no arrangement matches) searched for hours; now it stops at the step cap."""
+    column alike, no arrangement matches) searched for hours; the rows of the columns placed
+    so far now prune it to the verdict, unequal."""
     k, h = 12, 6
     gold = [tuple(int(j in (i, (i + 1) % k)) for j in range(k)) for i in range(k)]
     pred = [
@@ -546,4 +547,34 @@ def test_an_endless_arrangement_search_is_cut_and_called_unequal(caplog) -> None
         for i in range(k)
     ]
     assert not results_match(pred, gold, "spider")
-    assert "no arrangement found" in caplog.text
+
+
+def test_the_step_cap_calls_a_search_past_it_unequal(monkeypatch, caplog) -> None:
+    """Past the cap the search stops and says so; with the cap and the pruning out of the way
+    the same results match (the cap, not the data, decides there)."""
+    from sqlweave import resultmatch
+
+    gold = [(0, 1, 0, 1, 0, 1), (1, 0, 1, 0, 1, 0)]
+    pred = [tuple(reversed(row)) for row in gold]
+    monkeypatch.setattr(resultmatch, "_prefix_check", lambda *_: lambda _prefix: True)
+    assert results_match(pred, gold, "spider")
+    monkeypatch.setattr(resultmatch, "MAX_ARRANGEMENT_STEPS", 3)
+    assert not results_match(pred, gold, "spider")
+    assert "no arrangement found within 3 steps" in caplog.text
+
+
+def test_interchangeable_columns_that_do_match_are_found_within_the_cap() -> None:
+    """Found by reviewing the cap: nine 0/1 columns of six 0s and six 1s, the prediction the
+    gold with its columns reversed, matched in 1.6 s before the cap and were then called
+    unequal; arrangements are pruned by the rows of the columns placed so far."""
+    import random
+
+    rng = random.Random(0)
+    cols = []
+    for _ in range(9):
+        values = [0] * 6 + [1] * 6
+        rng.shuffle(values)
+        cols.append(values)
+    gold = list(zip(*cols, strict=True))
+    assert results_match([tuple(reversed(r)) for r in gold], gold, "spider")
+    assert not results_match([tuple(reversed(r)) for r in gold[1:]] + [gold[0]], gold, "spider")
