@@ -110,14 +110,26 @@ def _benchmark_dir(root: str | Path | None, name: str, marker: Iterable[str]) ->
     raise DataError(base, f"no {name}/ folder here (and this does not look like {name} itself)")
 
 
-def _read_json_list(path: Path) -> list[dict[str, Any]]:
+def _read_text(path: Path) -> str:
+    """A questions file's text, each way it cannot be read said as the file's mistake."""
     try:
-        with open(path, encoding="utf-8-sig") as fh:  # -sig: a leading BOM is no JSON error
-            items = json.load(fh)
+        return path.read_text(encoding="utf-8-sig")  # -sig: a leading BOM is no JSON error
     except FileNotFoundError as err:
         raise DataError(path, "file not found") from err
+    except IsADirectoryError as err:
+        raise DataError(path, "is a folder, not a questions file") from err
     except UnicodeDecodeError as err:
         raise DataError(path, f"not UTF-8 text ({err.reason} at byte {err.start})") from err
+
+
+def _read_json_list(path: Path) -> list[dict[str, Any]]:
+    return _json_list(path, _read_text(path))
+
+
+def _json_list(path: Path, text: str) -> list[dict[str, Any]]:
+    """The objects of the JSON list ``text`` (``path``'s, named in every error)."""
+    try:
+        items = json.loads(text)
     except json.JSONDecodeError as err:
         raise DataError(path, f"invalid JSON at line {err.lineno}, column {err.colno}") from err
     except RecursionError as err:
@@ -329,14 +341,7 @@ def load_questions(
     (``"bird"`` for BIRD's, anything else Spider's).
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # -sig: a leading BOM is no JSON error
-    except FileNotFoundError as err:
-        raise DataError(path, "file not found") from err
-    except IsADirectoryError as err:
-        raise DataError(path, "is a folder, not a questions file") from err
-    except UnicodeDecodeError as err:
-        raise DataError(path, f"not UTF-8 text ({err.reason} at byte {err.start})") from err
+    text = _read_text(path)
     examples = []
     first_of: dict[str, str] = {}  # question id -> where it first stands
     for i, (at, item) in enumerate(_parse_question_text(path, text)):
@@ -410,7 +415,7 @@ def _parse_question_text(path: Path, text: str) -> list[tuple[int | str, dict[st
     """Each item of a JSON list (labelled by its index) or of JSON Lines (by its line)."""
     stripped = text.lstrip()
     if stripped.startswith("["):
-        return list(enumerate(_read_json_list(path)))
+        return list(enumerate(_json_list(path, text)))  # read once, by load_questions
     items: list[tuple[int | str, dict[str, Any]]] = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
