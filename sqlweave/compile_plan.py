@@ -389,7 +389,8 @@ class Compile:
 
         plan = self.plan
         synthetic = self._synthesize() if self.databases else None
-        check_databases([*self.trainset, *(self.valset or [])])
+        if synthetic is not None:  # the labelled questions' databases were opened by build()
+            check_databases([*self.trainset, *(self.valset or [])])
         outcome = run_optimizer(
             self.student, self.trainset, self.valset, **self._optimizer_kwargs()
         )
