@@ -129,10 +129,11 @@ def spider_equal(gold: list[tuple], pred: list[tuple], ordered: bool) -> bool:
 
     The official order is: a pre-check on rows with sorted values, then a search for a column
     permutation under which the rows are equal. We search first (column-wise, no loop over
-    values in Python) and run the pre-check only on a match, unless the columns allow more than
-    :data:`MANY_ARRANGEMENTS` arrangements: then the pre-check comes first, as officially. There it almost always passes on the
-    fast test that the matched values have the same text and type; only values that are equal
-    but print differently (``1`` and ``1.0``, ``0.0`` and ``-0.0``) take the official row loop.
+    values in Python) and run the pre-check only on a match, where it almost always passes on
+    the fast test that the matched values have the same text and type; only values that are
+    equal but print differently (``1`` and ``1.0``, ``0.0`` and ``-0.0``) take the official row
+    loop. Where the columns allow more than :data:`MANY_ARRANGEMENTS` arrangements, the
+    pre-check comes first, as officially, and the search prunes partial arrangements.
     """
     if not gold and not pred:
         return True
@@ -143,13 +144,11 @@ def spider_equal(gold: list[tuple], pred: list[tuple], ordered: bool) -> bool:
         return False
     gold_cols, pred_cols = list(zip(*gold, strict=True)), list(zip(*pred, strict=True))
     candidates = _column_candidates(gold_cols, pred_cols, ordered)
-    arrangements = 1
-    for options in candidates:
-        arrangements *= len(options)
-    if arrangements > MANY_ARRANGEMENTS and not _quick_rej(gold, pred, ordered):
+    many = math.prod(len(options) for options in candidates) > MANY_ARRANGEMENTS
+    if many and not _quick_rej(gold, pred, ordered):
         return False  # the official order runs this first: the verdict is the same
     try:
-        return _search(gold, pred, gold_cols, pred_cols, candidates, ordered)
+        return _search(gold, pred, gold_cols, pred_cols, candidates, ordered, prune=many)
     except _SearchTooLong:
         logger.warning(
             "results of %d interchangeable columns: no arrangement found within %d steps; "
@@ -182,13 +181,14 @@ def _search(
     pred_cols: list[tuple],
     candidates: list[list[int]],
     ordered: bool,
+    *,
+    prune: bool,
 ) -> bool:
-    """Whether some arrangement of pred's columns makes its rows gold's (:func:`_spider_equal`)."""
+    """Whether some arrangement of pred's columns makes its rows gold's (:func:`spider_equal`);
+    with ``prune`` (many arrangements, unordered rows) partial ones are pruned as they grow."""
     ncols = len(gold_cols)
     gold_counts: Counter | None = None
-    viable = None
-    if not ordered and math.prod(len(c) for c in candidates) > MANY_ARRANGEMENTS:
-        viable = _prefix_check(gold_cols, pred_cols)
+    viable = _prefix_check(gold_cols, pred_cols) if prune and not ordered else None
     for perm in _column_permutations(candidates, viable):
         cols = [pred_cols[j] for j in perm]
         permuted = pred if perm == tuple(range(ncols)) else list(zip(*cols, strict=True))
