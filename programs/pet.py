@@ -169,8 +169,7 @@ def _check_retriever(name: str) -> None:
     every question, as an unknown name would."""
     from sqlweave.programs.stages.retrieval import RETRIEVERS
 
-    if name not in RETRIEVERS:
-        raise ValueError(f"unknown retriever {name!r}; choose one of {', '.join(RETRIEVERS)}")
+    RETRIEVERS.check(name)
     if name == "graph":
         usable = ", ".join(n for n in RETRIEVERS if n != "graph")
         raise ValueError(

@@ -89,6 +89,13 @@ class Registry(Mapping[str, type]):
                 raise
             raise self._missing(name, err) from err
 
+    def check(self, name: str) -> str:
+        """``name`` when it is registered (nothing is imported); the registry's error for an
+        unknown name otherwise, as :meth:`load` raises it."""
+        if not isinstance(name, str) or name not in self._entries:
+            raise self._error(name)
+        return name
+
     def where(self, name: str) -> str:
         """Where ``name``'s class lives, as ``module:Class`` (nothing is imported)."""
         target = self._entries[name]
