@@ -318,13 +318,14 @@ def _hold_settings(out: Path, settings: dict[str, Any], pairs: list[dict[str, An
             kept = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
             raise SynthesisError(f"cannot read {path}: {err}") from err
-        changed = sorted(
-            k for k in settings if isinstance(kept, dict) and kept.get(k) != settings[k]
-        )
-        if not isinstance(kept, dict) or changed:
-            was = {k: kept.get(k) for k in changed} if isinstance(kept, dict) else kept
+        if not isinstance(kept, dict):
+            kept = {}  # no settings object: every setting counts as changed
+        changed = sorted(k for k in settings if kept.get(k) != settings[k])
+        if changed:
+            was = {k: kept.get(k) for k in changed}
+            now = {k: settings[k] for k in changed}
             raise SynthesisError(
-                f"{out} holds pairs made with {was}, not { ({k: settings[k] for k in changed}) }: "
+                f"{out} holds pairs made with {was}, not {now}: "
                 "give another pairs file, or the same settings to resume it"
             )
         return
