@@ -20,13 +20,14 @@
 # (query_to_xml and kin, ts_stat, pg_logical_emit_message, pg_terminate_backend, ...) are
 # revoked from PUBLIC: an engine-side backstop behind sqlweave's own function check.
 #
-# Settings (environment): SQLWEAVE_PG_BASE (default /tmp/sqlweave-pg), SQLWEAVE_PG_PORT
+# Settings (environment): SQLWEAVE_PG_BASE (default sqlweave-pg in the temporary folder,
+# $TMPDIR or the system's), SQLWEAVE_PG_PORT
 # (default 55432; the next free port is taken when it is busy), SQLWEAVE_PG_PASSWORD.
 
 _sqlweave_pg_main() (
     set -euo pipefail
 
-    local base="${SQLWEAVE_PG_BASE:-/tmp/sqlweave-pg}"
+    local base="${SQLWEAVE_PG_BASE:-$(dirname "$(mktemp -u)")/sqlweave-pg}"
     local data="$base/data"
     local sock="$base/run"
     local port="${SQLWEAVE_PG_PORT:-55432}"

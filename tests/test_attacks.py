@@ -131,7 +131,7 @@ SQLITE_ONLY = {
     "update_sqlite_master": "UPDATE sqlite_master SET sql = 'x' WHERE name = 'singer'",
     "create_trigger": "CREATE TRIGGER pwned AFTER INSERT ON singer BEGIN DELETE FROM singer; END",
     "create_virtual_table": "CREATE VIRTUAL TABLE pwned USING fts5(x)",
-    "load_extension": "SELECT load_extension('/tmp/evil.so')",
+    "load_extension": f"SELECT load_extension('{PWNED.with_name('sqlweave_evil.so')}')",
     "writefile": f"SELECT writefile('{PWNED}', 'x')",
     "readfile": "SELECT readfile('/etc/passwd')",
     "fts3_tokenizer": "SELECT fts3_tokenizer('simple')",
@@ -176,7 +176,7 @@ PG_ONLY = {
         "SELECT query_to_xml_and_xmlschema('SELECT pg_switch_wal()', true, true, '')"
     ),
     "query_to_xml_qualified": (
-        "SELECT pg_catalog.query_to_xml('SELECT lo_export(1, ''/tmp/x'')', true, true, '')"
+        f"SELECT pg_catalog.query_to_xml('SELECT lo_export(1, ''{PWNED}'')', true, true, '')"
     ),
     "query_to_xml_quoted": "SELECT \"query_to_xml\"('SELECT 1', true, true, '')",
     "query_to_xml_comment_gap": "SELECT query_to_xml/**/('SELECT 1', true, true, '')",

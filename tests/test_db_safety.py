@@ -88,7 +88,7 @@ WRITES = {
     "vacuum_into": "VACUUM INTO '{tmp}/vacuumed.db'",
     "reindex": "REINDEX",
     "analyze": "ANALYZE",
-    "load_extension": "SELECT load_extension('/tmp/evil.so')",
+    "load_extension": "SELECT load_extension('{tmp}/evil.so')",
     "load_extension_nested": "SELECT name FROM singer WHERE load_extension('x') IS NULL",
     "fts3_tokenizer": "SELECT fts3_tokenizer('simple')",
     "readfile": "SELECT readfile('/etc/passwd')",
